@@ -1,0 +1,99 @@
+"""The `burstwatch` command line: run, check, status, probe, check-config, cloudwatch."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Callable, Optional
+
+from agent import __version__
+from agent import config as configmod
+
+log = logging.getLogger("agent")
+
+EXIT_OK, EXIT_WARN, EXIT_FAIL = 0, 1, 2
+EXIT_USAGE = 2  # usage and config errors (contract.md)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(stream=sys.stderr, level=level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _load_config(args: argparse.Namespace) -> configmod.Config:
+    cfg = configmod.load(args.config)
+    _setup_logging(args.log_level or cfg.log_level)
+    return cfg
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agent.daemon import Daemon
+
+    cfg = _load_config(args)
+    return Daemon(cfg, args.config).run()
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    cfg = configmod.load(args.config)
+    print(f"{args.config or configmod.DEFAULT_CONFIG_PATH}: ok ({len(configmod.describe_keys())} keys known,"
+          f" sample_interval={cfg.sample_interval:g}s, metrics on {cfg.metrics.listen})")
+    return EXIT_OK
+
+
+def _not_yet(what: str) -> Callable[[argparse.Namespace], int]:
+    def run(_args: argparse.Namespace) -> int:
+        print(f"burstwatch {what}: not available yet in this build", file=sys.stderr)
+        return EXIT_FAIL
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="burstwatch", description="Watch EC2 network burst credits, verify ENA "
+                                "and MTU, and probe peer throughput.")
+    p.add_argument("--version", action="version", version=f"burstwatch {__version__}")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None,
+                   help="log level (default: the config's log_level, info)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def add(name: str, func: Callable[[argparse.Namespace], int], help_: str,
+            config: bool = True) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help_, description=help_)
+        if config:
+            sp.add_argument("--config", metavar="PATH", default=None,
+                            help=f"config file (default {configmod.DEFAULT_CONFIG_PATH}; missing = defaults)")
+        sp.set_defaults(func=func)
+        return sp
+
+    add("run", cmd_run, "run the daemon in the foreground (what systemd runs)")
+    sp = add("check", _not_yet("check"), "verify the ENA driver, queues, rings and MTU; exit 0 ok, 1 warnings, "
+             "2 failures")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    sp = add("status", _not_yet("status"), "show the running daemon's view of credits, checks and probes")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    sp.add_argument("--url", default=None, help="the daemon's /metrics URL (default: from metrics.listen)")
+    sp = add("probe", _not_yet("probe"), "run one iperf3-compatible throughput probe", config=False)
+    sp.add_argument("target", metavar="TARGET", help="host or host:port of an iperf3 server or burstwatch")
+    sp.add_argument("--port", type=int, default=configmod.DEFAULT_RESPONDER_PORT, help="server port (5201)")
+    sp.add_argument("--streams", "-P", type=int, default=4, help="parallel TCP streams (4)")
+    sp.add_argument("--time", "-t", type=float, default=5.0, help="seconds to transmit (5)")
+    sp.add_argument("--reverse", "-R", action="store_true", help="the server sends, we receive")
+    sp.add_argument("--json", action="store_true", help="iperf3's JSON schema")
+    add("check-config", cmd_check_config, "validate a config file; exit 0 or 2 naming the bad key")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.log_level:
+        _setup_logging(args.log_level)
+    try:
+        return int(args.func(args))
+    except configmod.ConfigError as exc:
+        print(f"burstwatch: config error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130

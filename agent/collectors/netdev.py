@@ -1,0 +1,24 @@
+"""Collector for the monitored interfaces' byte, packet, error and drop counters (the hot path)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from agent.readers.netdev import NetDevCounters, parse_proc_net_dev, read_ifindex, read_proc_net_dev
+
+
+class NetdevCollector:
+    name = "netdev"
+
+    def __init__(self, interfaces: Callable[[], list[str]], procfs: str = "/proc", sysfs: str = "/sys") -> None:
+        self._interfaces = interfaces
+        self.procfs, self.sysfs = procfs, sysfs
+
+    def collect(self) -> dict[str, tuple[int | None, NetDevCounters]]:
+        """interface -> (ifindex, counters) for the monitored interfaces that exist now.
+
+        One read of /proc/net/dev covers every interface; the ifindex read lets the tracker tell a
+        re-created interface (new index, counters from zero) from a wrap."""
+        wanted = self._interfaces()
+        allc = parse_proc_net_dev(read_proc_net_dev(self.procfs))
+        return {n: (read_ifindex(n, self.sysfs), allc[n]) for n in wanted if n in allc}

@@ -1,0 +1,327 @@
+"""Load, validate and describe burstwatch's TOML configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Union, get_args, get_origin, get_type_hints
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Amazon Linux 2023 ships Python 3.9, which has no tomllib
+    import tomli as tomllib
+
+DEFAULT_CONFIG_PATH = "/etc/burstwatch/burstwatch.toml"
+DEFAULT_STATE_DIR = "/var/lib/burstwatch"
+# 9786 sits in Prometheus' exporter range (9100-9999) and is not used by node, blackbox,
+# iperf3, cloudwatch, snmp or any other widely deployed exporter (docs/configuration.md).
+DEFAULT_METRICS_PORT = 9786
+# iperf3's own default port, so a stock `iperf3 -c HOST` reaches the responder.
+DEFAULT_RESPONDER_PORT = 5201
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the file and the key."""
+
+
+Validator = Callable[[Any], Optional[str]]
+
+
+def _opt(default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
+         check: Validator | None = None, factory: Callable[[], Any] | None = None) -> Any:
+    """A config key: default, one-line doc for docs/configuration.md, range and custom check."""
+    meta = {"doc": doc, "lo": lo, "hi": hi, "check": check}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def check_hostport(value: str) -> str | None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"{value!r} is not host:port with a port from 1 to 65535"
+    if host.startswith("[") != host.endswith("]"):
+        return f"{value!r} has an unbalanced IPv6 bracket"
+    return None
+
+
+def split_hostport(value: str) -> tuple[str, int]:
+    """'0.0.0.0:9786' -> ('0.0.0.0', 9786); '[::]:9786' -> ('::', 9786)."""
+    host, _, port = value.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def check_cidrs(value: list[str]) -> str | None:
+    for item in value:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            return f"{item!r} is not a CIDR (e.g. 10.0.0.0/8)"
+    return None
+
+
+def check_peers(value: list[str]) -> str | None:
+    for item in value:
+        host, sep, port = item.rpartition(":")
+        if sep and not host.endswith("]") and ":" in host:
+            continue  # bare IPv6 address
+        if sep and (not port.isdigit() or not 0 < int(port) < 65536):
+            return f"peer {item!r} has an invalid port"
+        if not (host if sep else item).strip("[]"):
+            return f"peer {item!r} has no host"
+    return None
+
+
+def check_url(value: str) -> str | None:
+    if not value.startswith(("http://", "https://")):
+        return f"{value!r} is not an http:// or https:// URL"
+    return None
+
+
+def check_log_level(value: str) -> str | None:
+    if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        return f"{value!r} is not one of debug, info, warning, error"
+    return None
+
+
+def check_shaping(value: str) -> str | None:
+    if value not in ("auto", "ethtool", "tc", "none"):
+        return f"{value!r} is not one of auto, ethtool, tc, none"
+    return None
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    listen: str = _opt(f"0.0.0.0:{DEFAULT_METRICS_PORT}", "host:port of the /metrics endpoint",
+                       check=check_hostport)
+    ethtool_include: list[str] = _opt(None, "extra ethtool statistic names to export "
+                                      "(beyond the ENA allowance and ENA Express ones)", factory=list)
+
+
+@dataclass(frozen=True)
+class BandwidthConfig:
+    baseline_gbps: Optional[float] = _opt(None, "baseline bandwidth per direction, Gbit/s "
+                                          "(overrides the catalogue)", lo=0.001, hi=3200.0)
+    peak_gbps: Optional[float] = _opt(None, "peak (burst) bandwidth per direction, Gbit/s",
+                                      lo=0.001, hi=3200.0)
+    burst_bucket_gbit: Optional[float] = _opt(None, "burst credit bucket per direction, Gbit "
+                                              "(1 Gbit = 1 Gbit/s for 1 s)", lo=0.0, hi=10_000_000.0)
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    type: Optional[str] = _opt(None, "instance type, e.g. m5.large (overrides IMDS)")
+    bandwidth: BandwidthConfig = _opt(None, "per-direction bandwidth overrides", factory=BandwidthConfig)
+
+
+@dataclass(frozen=True)
+class ImdsConfig:
+    enabled: bool = _opt(True, "ask the instance metadata service who this instance is")
+    endpoint: str = _opt("http://169.254.169.254", "IMDS base URL (IPv6: http://[fd00:ec2::254])",
+                         check=check_url)
+    timeout: float = _opt(1.0, "connect/read timeout per IMDS request, seconds", lo=0.05, hi=30.0)
+    retries: int = _opt(2, "retries per IMDS request after the first attempt", lo=0, hi=10)
+    allow_imdsv1: bool = _opt(False, "fall back to IMDSv1 when no token can be had")
+
+
+@dataclass(frozen=True)
+class CreditsConfig:
+    shaping_source: str = _opt("auto", "where the shaping signal comes from: auto (ethtool, else tc), "
+                               "ethtool, tc or none", check=check_shaping)
+    tc_in_interface: Optional[str] = _opt(None, "interface whose root qdisc shapes inbound traffic "
+                                          "(an IFB device), for shaping_source = tc")
+    tc_out_interface: Optional[str] = _opt(None, "interface whose root qdisc shapes outbound traffic "
+                                           "(default: the monitored interface)")
+    learn: bool = _opt(True, "correct the bucket size from observed exhaustions")
+    save_interval: float = _opt(5.0, "seconds between state saves", lo=0.5, hi=3600.0)
+
+
+@dataclass(frozen=True)
+class CloudWatchConfig:
+    enabled: bool = _opt(False, "publish custom metrics to CloudWatch")
+    namespace: str = _opt("Burstwatch", "CloudWatch namespace (must not start with AWS/)",
+                          check=lambda v: "must not start with 'AWS/'" if v.startswith("AWS/") else None)
+    region: Optional[str] = _opt(None, "AWS region (default: from IMDS)")
+    endpoint_url: Optional[str] = _opt(None, "CloudWatch endpoint (default: AWS)", check=check_url)
+    period: int = _opt(60, "aggregation period, seconds (1 = high resolution)", lo=1, hi=3600)
+    include: list[str] = _opt(None, "metric names to publish beyond the default set", factory=list)
+    dimensions: dict[str, str] = _opt(None, "extra dimensions added to every datum", factory=dict)
+    backlog: int = _opt(10000, "datapoints kept while CloudWatch is unreachable", lo=0, hi=1_000_000)
+
+
+@dataclass(frozen=True)
+class ResponderConfig:
+    enabled: bool = _opt(True, "run the iperf3-compatible probe server inside the daemon")
+    listen: str = _opt(f"0.0.0.0:{DEFAULT_RESPONDER_PORT}", "host:port of the responder",
+                       check=check_hostport)
+    allow: Optional[list[str]] = _opt(None, "CIDRs allowed to run tests (default: the VPC's CIDRs "
+                                      "from IMDS, else loopback only)", check=check_cidrs)
+    max_duration: float = _opt(30.0, "longest test a client may ask for, seconds", lo=1.0, hi=3600.0)
+    max_streams: int = _opt(8, "most parallel streams per test", lo=1, hi=128)
+    max_bytes: int = _opt(10 * 1024**3, "most bytes one test may move", lo=1, hi=2**50)
+    max_tests_per_hour: int = _opt(12, "tests per source address per hour", lo=1, hi=100000)
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    peers: list[str] = _opt(None, "peers to probe: host or host:port", factory=list, check=check_peers)
+    interval: float = _opt(900.0, "seconds between scheduling rounds", lo=10.0, hi=86400.0)
+    peers_per_round: int = _opt(1, "most peers probed per round", lo=1, hi=100)
+    duration: float = _opt(5.0, "seconds per probe", lo=1.0, hi=600.0)
+    streams: int = _opt(4, "parallel TCP streams per probe", lo=1, hi=128)
+    credit_floor: float = _opt(0.5, "skip probes when either bucket is below this fraction", lo=0.0, hi=1.0)
+    hourly_budget_bytes: int = _opt(5 * 10**9, "most probe bytes per hour", lo=0, hi=2**50)
+
+
+@dataclass(frozen=True)
+class Config:
+    sample_interval: float = _opt(1.0, "seconds between counter samples", lo=0.1, hi=60.0)
+    rate_window: float = _opt(1.0, "seconds of samples that the reported rate averages over",
+                              lo=0.1, hi=600.0)
+    state_dir: str = _opt(DEFAULT_STATE_DIR, "where credit state and caches are kept")
+    interfaces: Optional[list[str]] = _opt(None, "interfaces to monitor (default: the instance's ENIs "
+                                           "from IMDS, else the default-route interfaces)")
+    log_level: str = _opt("info", "debug, info, warning or error (--log-level overrides)",
+                          check=check_log_level)
+    metrics: MetricsConfig = _opt(None, "", factory=MetricsConfig)
+    instance: InstanceConfig = _opt(None, "", factory=InstanceConfig)
+    imds: ImdsConfig = _opt(None, "", factory=ImdsConfig)
+    credits: CreditsConfig = _opt(None, "", factory=CreditsConfig)
+    cloudwatch: CloudWatchConfig = _opt(None, "", factory=CloudWatchConfig)
+    responder: ResponderConfig = _opt(None, "", factory=ResponderConfig)
+    probe: ProbeConfig = _opt(None, "", factory=ProbeConfig)
+
+
+_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+def _describe(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Union:
+        return " or ".join(_describe(a) for a in get_args(tp) if a is not type(None))
+    if origin is list:
+        return f"a list of {_describe(get_args(tp)[0]).split(' ', 1)[1]}s"
+    if origin is dict:
+        return "a table of strings"
+    if dataclasses.is_dataclass(tp):
+        return "a table"
+    return _TYPE_NAMES.get(tp, str(tp))
+
+
+def _coerce(tp: Any, value: Any) -> tuple[bool, Any]:
+    """Returns (ok, value) for a TOML value against a field type; ints are accepted as floats."""
+    origin = get_origin(tp)
+    if origin is Union:
+        for arg in get_args(tp):
+            if arg is type(None):
+                continue
+            ok, out = _coerce(arg, value)
+            if ok:
+                return True, out
+        return False, value
+    if origin is list:
+        if not isinstance(value, list):
+            return False, value
+        (item_tp,) = get_args(tp)
+        items = [_coerce(item_tp, v) for v in value]
+        return all(ok for ok, _ in items), [v for _, v in items]
+    if origin is dict:
+        ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                             for k, v in value.items())
+        return ok, dict(value) if ok else value
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True, float(value)
+        return False, value
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    return isinstance(value, tp), value
+
+
+def _build(cls: type, table: dict[str, Any], prefix: str, where: str) -> Any:
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {prefix}{unknown[0]!r}"
+                          f" (known: {', '.join(sorted(fields))})")
+    kwargs: dict[str, Any] = {}
+    for name, value in table.items():
+        key = f"{prefix}{name}"
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: [{key}] must be a table, got {value!r}")
+            kwargs[name] = _build(tp, value, f"{key}.", where)  # type: ignore[arg-type]
+            continue
+        ok, value = _coerce(tp, value)
+        if not ok:
+            raise ConfigError(f"{where}: key {key!r} must be {_describe(tp)}, got {value!r}")
+        meta = fields[name].metadata
+        lo, hi = meta.get("lo"), meta.get("hi")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                raise ConfigError(f"{where}: key {key!r} = {value!r} is out of range {lo:g} .. {hi:g}")
+        check = meta.get("check")
+        problem = check(value) if check and value is not None else None
+        if problem:
+            raise ConfigError(f"{where}: key {key!r}: {problem}")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _cross_check(cfg: Config, where: str) -> None:
+    bw = cfg.instance.bandwidth
+    if bw.baseline_gbps is not None and bw.peak_gbps is not None and bw.peak_gbps < bw.baseline_gbps:
+        raise ConfigError(f"{where}: key 'instance.bandwidth.peak_gbps' = {bw.peak_gbps!r} is below "
+                          f"baseline_gbps = {bw.baseline_gbps!r}")
+    if cfg.rate_window < cfg.sample_interval:
+        raise ConfigError(f"{where}: key 'rate_window' = {cfg.rate_window!r} is shorter than "
+                          f"sample_interval = {cfg.sample_interval!r}")
+    if cfg.interfaces is not None and not all(cfg.interfaces):
+        raise ConfigError(f"{where}: key 'interfaces' holds an empty interface name")
+
+
+def parse(text: str, where: str = "<config>") -> Config:
+    """Parse TOML text into a validated Config; raises ConfigError naming `where` and the key."""
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+    cfg: Config = _build(Config, table, "", where)
+    _cross_check(cfg, where)
+    return cfg
+
+
+def load(path: str | Path | None) -> Config:
+    """Load the config file; a missing file at the default path means all defaults."""
+    if path is None:
+        path = DEFAULT_CONFIG_PATH
+        if not Path(path).exists():
+            return Config()
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read: {exc}") from None
+    return parse(text, str(p))
+
+
+def describe_keys(cls: type = Config, prefix: str = "") -> list[tuple[str, str, Any, str]]:
+    """(key, type description, default, doc) for every key, in declaration order; docs are tested
+    against this list so docs/configuration.md cannot drift from the code."""
+    out: list[tuple[str, str, Any, str]] = []
+    hints = get_type_hints(cls)
+    instance = cls()
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out.extend(describe_keys(tp, f"{prefix}{f.name}."))  # type: ignore[arg-type]
+        else:
+            out.append((f"{prefix}{f.name}", _describe(tp), getattr(instance, f.name), f.metadata["doc"]))
+    return out

@@ -1,0 +1,204 @@
+"""`burstwatch run`: wire readers, models and exporters together and keep them running."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol
+
+from agent import config as configmod
+from agent.exporters.prometheus import BuildInfoView, MetricsServer, ReloadState, SamplerView, build_registry
+from agent.notify import notify, watchdog_interval
+from agent.sampler import Sampler, Snapshot
+
+log = logging.getLogger(__name__)
+
+
+class Service(Protocol):
+    """Something the daemon runs beside the sampler (responder, checks, publishers)."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float) -> None: ...
+
+
+@dataclass
+class Paths:
+    """OS roots, replaceable in tests (node_exporter's --path.procfs / --path.sysfs)."""
+
+    procfs: str = "/proc"
+    sysfs: str = "/sys"
+
+
+def resolve_interfaces(cfg: configmod.Config, discovered: Callable[[], list[str]]) -> list[str]:
+    if cfg.interfaces:
+        return list(cfg.interfaces)
+    try:
+        found = discovered()
+    except Exception as exc:
+        log.warning("interface discovery failed: %s", exc)
+        found = []
+    if not found:
+        log.warning("no interfaces configured and none discovered; monitoring nothing until a reload")
+    return found
+
+
+class Daemon:
+    def __init__(self, cfg: configmod.Config, config_path: Optional[str], paths: Paths | None = None) -> None:
+        self.cfg = cfg
+        self.config_path = config_path
+        self.paths = paths or Paths()
+        self.stop_event = threading.Event()
+        self.wake = threading.Event()
+        self._hup = False
+        self.reload_state = ReloadState()
+        self.reload_state.success_time = time.time()
+        self.services: list[Service] = []
+        self.interfaces: list[str] = []
+        self.sampler: Optional[Sampler] = None
+        self.server: Optional[MetricsServer] = None
+        self.views: list[Any] = []
+        self.shutdown_hooks: list[Callable[[], None]] = []
+
+    # -- signals ---------------------------------------------------------------------------------
+    def _on_term(self, signum: int, _frame: Any) -> None:
+        log.info("signal %s: stopping", signal.Signals(signum).name)
+        self.stop_event.set()
+        self.wake.set()
+
+    def _on_hup(self, _signum: int, _frame: Any) -> None:
+        self._hup = True
+        self.wake.set()
+
+    def install_signals(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        signal.signal(signal.SIGHUP, self._on_hup)
+
+    # -- config ----------------------------------------------------------------------------------
+    def reload(self) -> bool:
+        """Re-read the config file; on any error keep the running config and say so in a metric."""
+        try:
+            new = configmod.load(self.config_path)
+        except configmod.ConfigError as exc:
+            log.error("config reload failed, keeping the running config: %s", exc)
+            self.reload_state.successful = 0.0
+            self.reload_state.reloads["failure"] += 1
+            return False
+        self.reload_state.successful = 1.0
+        self.reload_state.success_time = time.time()
+        self.reload_state.reloads["success"] += 1
+        old, self.cfg = self.cfg, new
+        logging.getLogger().setLevel(new.log_level.upper())
+        if new.interfaces != old.interfaces:
+            self.interfaces = resolve_interfaces(new, self._discover)
+        if self.sampler is not None:
+            self.sampler.tracker.rate_window = new.rate_window
+        if new.metrics.listen != old.metrics.listen:
+            log.warning("metrics.listen changed to %s; it takes effect at the next restart", new.metrics.listen)
+        log.info("config reloaded from %s", self.config_path or configmod.DEFAULT_CONFIG_PATH)
+        return True
+
+    def _discover(self) -> list[str]:
+        from agent.readers.routes import default_route_interfaces
+
+        return default_route_interfaces()
+
+    # -- the loop --------------------------------------------------------------------------------
+    def setup(self) -> None:
+        self.interfaces = resolve_interfaces(self.cfg, self._discover)
+        self.sampler = Sampler(lambda: self.interfaces, self.cfg.rate_window,
+                               procfs=self.paths.procfs, sysfs=self.paths.sysfs)
+        sampler = self.sampler
+
+        def latest() -> Optional[Snapshot]:
+            return sampler.latest
+
+        self.views = [BuildInfoView(), SamplerView(latest), self.reload_state, *self.views]
+        host, port = configmod.split_hostport(self.cfg.metrics.listen)
+        self.server = MetricsServer(host, port, build_registry(self.views))
+
+    def status_line(self, snap: Snapshot) -> str:
+        ifs = ",".join(snap.interfaces) or "no interfaces"
+        line = f"sampling {ifs} every {self.cfg.sample_interval:g}s"
+        if snap.instance_rates:
+            line += (f"; in {snap.instance_rates['in'] * 8 / 1e6:.1f} Mbit/s,"
+                     f" out {snap.instance_rates['out'] * 8 / 1e6:.1f} Mbit/s")
+        return line
+
+    def run(self) -> int:
+        self.install_signals()
+        self.setup()
+        assert self.sampler is not None and self.server is not None
+        self.sampler.step()                      # READY only once there is a first sample ...
+        self.server.start()                      # ... and the endpoint answers
+        for svc in self.services:
+            svc.start()
+        log.info("burstwatch running: interfaces=%s metrics=http://%s/metrics", ",".join(self.interfaces) or "-",
+                 self.cfg.metrics.listen)
+        notify("READY=1")
+        wd = watchdog_interval()
+        last_wd = 0.0
+        last_status = 0.0
+        next_tick = time.monotonic() + self.cfg.sample_interval
+        while not self.stop_event.is_set():
+            self.wake.wait(max(0.0, next_tick - time.monotonic()))
+            self.wake.clear()
+            if self.stop_event.is_set():
+                break
+            if self._hup:
+                self._hup = False
+                self.reload()
+            now = time.monotonic()
+            if now < next_tick:
+                continue
+            snap = self.sampler.step()
+            # Ticks are anchored to the schedule, not to the end of the step, so the interval does not
+            # drift; after a stall (suspend, overload) it skips ahead instead of bursting.
+            next_tick += self.cfg.sample_interval
+            if next_tick < now:
+                next_tick = now + self.cfg.sample_interval
+            healthy = snap.collectors.get("netdev") is not None and snap.collectors["netdev"].success
+            if wd is not None and healthy and now - last_wd >= wd:
+                notify("WATCHDOG=1")
+                last_wd = now
+            if now - last_status >= 5.0:
+                notify("STATUS=" + self.status_line(snap))
+                last_status = now
+        return self.shutdown()
+
+    def shutdown(self) -> int:
+        notify("STOPPING=1")
+        deadline = time.monotonic() + 1.5      # systemd's stop must finish well within 2 s
+        for svc in reversed(self.services):
+            try:
+                svc.stop(max(0.1, deadline - time.monotonic()))
+            except Exception:
+                log.exception("stopping %s failed", svc.name)
+        for hook in self.shutdown_hooks:
+            try:
+                hook()
+            except Exception:
+                log.exception("shutdown hook failed")
+        if self.server is not None:
+            self.server.stop()
+        log.info("burstwatch stopped")
+        return 0
+
+
+def state_dir_writable(path: str) -> bool:
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+        return True
+    except OSError:
+        return False

@@ -1,0 +1,1 @@
+"""Models: pure computations over readings (no I/O): counters, credit buckets, verdicts."""

@@ -1,0 +1,148 @@
+"""Turn cumulative interface counters into safe deltas and windowed rates (resets, wraps, re-creation)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from agent.readers.netdev import COUNTER_NAMES, NetDevCounters
+
+DIRECTIONS = ("in", "out")
+
+# Ceiling on a believable rate, used to tell a 32-bit wrap or a counter that restarted from zero from
+# garbage: 400 Gbit/s is the largest ENA network card (e.g. p5 instances have 3200 Gbit/s across 32 cards).
+MAX_BYTES_PER_SECOND = 400e9 / 8
+MAX_PACKETS_PER_SECOND = 100e6
+WRAP32 = 2**32
+
+
+def counter_delta(prev: int, cur: int, dt: float, per_second_cap: float) -> tuple[int, str]:
+    """Increase of a cumulative counter between two readings, and what happened ('ok', 'wrap', 'reset').
+
+    A counter that went down either wrapped at 32 bits (some drivers keep 32-bit counters) or restarted
+    from zero (driver reset, interface re-created). Neither may become a negative or absurd rate: a wrap
+    counts the distance to 2**32, a reset counts the new value only if it fits in one interval at the
+    cap, else nothing (the bytes before the reset are lost, not invented).
+    """
+    if cur >= prev:
+        return cur - prev, "ok"
+    cap = per_second_cap * max(dt, 1e-3)
+    if prev < WRAP32:
+        wrapped = cur + WRAP32 - prev
+        if wrapped <= cap:
+            return wrapped, "wrap"
+    return (cur if cur <= cap else 0), "reset"
+
+
+@dataclass
+class InterfaceDelta:
+    """What crossed one interface during one sample interval."""
+
+    counters: NetDevCounters          # per-counter increase during the interval
+    dt: float
+    event: str = "ok"                 # ok | wrap | reset | new | recreated
+
+
+@dataclass
+class _IfState:
+    ifindex: int | None
+    last: NetDevCounters
+    total: list[int]                  # cumulative accounted counters (never decrease)
+    history: deque = field(default_factory=deque)  # (t, rx_bytes_total, tx_bytes_total)
+
+
+class CounterTracker:
+    """Keeps per-interface counter state across samples; pure: readings in, deltas and rates out."""
+
+    def __init__(self, rate_window: float) -> None:
+        self.rate_window = rate_window
+        self._ifs: dict[str, _IfState] = {}
+        self._last_t: float | None = None
+        self.resets_total: dict[str, int] = {}
+        self._agg: deque = deque()    # (t, in_total, out_total) across monitored interfaces
+        self._agg_total = [0, 0]
+
+    def update(self, t: float, readings: dict[str, tuple[int | None, NetDevCounters]]) -> dict[str, InterfaceDelta]:
+        """Feed one sample: interface -> (ifindex, counters). Returns per-interface deltas for
+        interfaces seen before; a new or re-appearing interface only sets its baseline."""
+        dt = 0.0 if self._last_t is None else t - self._last_t
+        self._last_t = t
+        deltas: dict[str, InterfaceDelta] = {}
+        for name in list(self._ifs):
+            if name not in readings:
+                del self._ifs[name]     # gone; picked up again as new when it comes back
+        agg_in = agg_out = 0
+        for name, (ifindex, cur) in readings.items():
+            st = self._ifs.get(name)
+            if st is None:
+                self._ifs[name] = _IfState(ifindex, cur, [0] * len(cur))
+                self._push(self._ifs[name], t)
+                continue
+            if ifindex is not None and st.ifindex is not None and ifindex != st.ifindex:
+                # Re-created between two samples: its counters started at zero at some point in the
+                # interval; counting them all is right when the interval is short, and capped otherwise.
+                prev = NetDevCounters(*([0] * len(cur)))
+                event = "recreated"
+            else:
+                prev = st.last
+                event = "ok"
+            inc = []
+            for i, fname in enumerate(COUNTER_NAMES):
+                cap = MAX_BYTES_PER_SECOND if fname.endswith("bytes") else MAX_PACKETS_PER_SECOND
+                d, kind = counter_delta(prev[i], cur[i], dt, cap)
+                if kind != "ok" and event == "ok":
+                    event = kind
+                inc.append(d)
+            if event != "ok":
+                self.resets_total[name] = self.resets_total.get(name, 0) + 1
+            st.ifindex, st.last = ifindex, cur
+            st.total = [a + b for a, b in zip(st.total, inc)]
+            self._push(st, t)
+            delta = NetDevCounters(*inc)
+            deltas[name] = InterfaceDelta(delta, dt, event)
+            agg_in += delta.rx_bytes
+            agg_out += delta.tx_bytes
+        self._agg_total[0] += agg_in
+        self._agg_total[1] += agg_out
+        self._agg.append((t, self._agg_total[0], self._agg_total[1]))
+        self._trim(self._agg, t)
+        return deltas
+
+    def _push(self, st: _IfState, t: float) -> None:
+        st.history.append((t, st.total[0], st.total[4]))
+        self._trim(st.history, t)
+
+    def _trim(self, hist: deque, t: float) -> None:
+        # Keep the newest sample at least `rate_window` old so the window is always fully covered.
+        while len(hist) > 2 and hist[1][0] <= t - self.rate_window:
+            hist.popleft()
+
+    @staticmethod
+    def _rate(hist: deque) -> dict[str, float] | None:
+        if len(hist) < 2:
+            return None
+        (t0, in0, out0), (t1, in1, out1) = hist[0], hist[-1]
+        span = t1 - t0
+        if span <= 0:
+            return None
+        return {"in": (in1 - in0) / span, "out": (out1 - out0) / span}
+
+    def interface_rates(self) -> dict[str, dict[str, float]]:
+        """Bytes per second per interface and direction over the rate window (once two samples exist)."""
+        out = {}
+        for name, st in self._ifs.items():
+            r = self._rate(st.history)
+            if r is not None:
+                out[name] = r
+        return out
+
+    def instance_rates(self) -> dict[str, float] | None:
+        """Bytes per second per direction summed over the monitored interfaces."""
+        return self._rate(self._agg)
+
+    def totals(self) -> dict[str, list[int]]:
+        """Accounted cumulative counters per interface (monotonic across resets), COUNTER_NAMES order."""
+        return {name: list(st.total) for name, st in self._ifs.items()}
+
+    def raw(self) -> dict[str, NetDevCounters]:
+        return {name: st.last for name, st in self._ifs.items()}
