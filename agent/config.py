@@ -136,6 +136,8 @@ class CreditsConfig:
     tc_out_interface: Optional[str] = _opt(None, "interface whose root qdisc shapes outbound traffic "
                                            "(default: the monitored interface)")
     learn: bool = _opt(True, "correct the bucket size from observed exhaustions")
+    trust_configured_bucket: bool = _opt(True, "keep instance.bandwidth.burst_bucket_gbit fixed; false makes it "
+                                         "a starting estimate that learning may correct")
     save_interval: float = _opt(5.0, "seconds between state saves", lo=0.5, hi=3600.0)
 
 

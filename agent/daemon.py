@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from agent import config as configmod
+from agent.collectors.shaping import ShapingCollector
+from agent.credits import CreditTracker
+from agent.exporters.credits import CreditView
 from agent.exporters.prometheus import BuildInfoView, MetricsServer, ReloadState, SamplerView, build_registry
+from agent.models.profile import GBIT, BandwidthProfile
 from agent.notify import notify, watchdog_interval
 from agent.sampler import Sampler, Snapshot
 
@@ -65,6 +69,8 @@ class Daemon:
         self.server: Optional[MetricsServer] = None
         self.views: list[Any] = []
         self.shutdown_hooks: list[Callable[[], None]] = []
+        self.credits: Optional[CreditTracker] = None
+        self.profile = BandwidthProfile()
 
     # -- signals ---------------------------------------------------------------------------------
     def _on_term(self, signum: int, _frame: Any) -> None:
@@ -100,6 +106,9 @@ class Daemon:
             self.interfaces = resolve_interfaces(new, self._discover)
         if self.sampler is not None:
             self.sampler.tracker.rate_window = new.rate_window
+        if self.credits is not None and new.instance != old.instance:
+            self.profile = config_profile(new)
+            self.credits.set_profile(self.profile)
         if new.metrics.listen != old.metrics.listen:
             log.warning("metrics.listen changed to %s; it takes effect at the next restart", new.metrics.listen)
         log.info("config reloaded from %s", self.config_path or configmod.DEFAULT_CONFIG_PATH)
@@ -120,7 +129,16 @@ class Daemon:
         def latest() -> Optional[Snapshot]:
             return sampler.latest
 
-        self.views = [BuildInfoView(), SamplerView(latest), self.reload_state, *self.views]
+        self.profile = config_profile(self.cfg)
+        c = self.cfg.credits
+        shaping = ShapingCollector(c.shaping_source, lambda: self.interfaces, c.tc_in_interface, c.tc_out_interface)
+        self.credits = CreditTracker(self.profile, self.cfg.state_dir, c.save_interval, c.learn, shaping,
+                                     c.trust_configured_bucket, sampler.status, self.paths.procfs)
+        sampler.hooks.append(self.credits.hook)
+        self.shutdown_hooks.append(self.credits.save)
+        credits = self.credits
+        self.views = [BuildInfoView(), SamplerView(latest), self.reload_state,
+                      CreditView(latest, lambda: shaping.source, lambda: credits.restore_note), *self.views]
         host, port = configmod.split_hostport(self.cfg.metrics.listen)
         self.server = MetricsServer(host, port, build_registry(self.views))
 
@@ -190,6 +208,20 @@ class Daemon:
             self.server.stop()
         log.info("burstwatch stopped")
         return 0
+
+
+def config_profile(cfg: configmod.Config) -> BandwidthProfile:
+    """The profile from [instance.bandwidth] alone (used off EC2 and in the lab)."""
+    bw = cfg.instance.bandwidth
+    baseline = bw.baseline_gbps * GBIT if bw.baseline_gbps is not None else None
+    peak = bw.peak_gbps * GBIT if bw.peak_gbps is not None else None
+    bucket = bw.burst_bucket_gbit * GBIT if bw.burst_bucket_gbit is not None else None
+    bucket_source = "config" if bucket is not None else "none"
+    if bucket is None and baseline is not None and peak is not None and peak > baseline:
+        bucket, bucket_source = baseline * 3600.0, "default"  # ~1 h of baseline (seed 000's r4 table)
+    return BandwidthProfile(cfg.instance.type, baseline, peak, bucket,
+                            "config" if baseline is not None else "none", "config" if peak is not None else "none",
+                            bucket_source)
 
 
 def state_dir_writable(path: str) -> bool:

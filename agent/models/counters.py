@@ -144,5 +144,9 @@ class CounterTracker:
         """Accounted cumulative counters per interface (monotonic across resets), COUNTER_NAMES order."""
         return {name: list(st.total) for name, st in self._ifs.items()}
 
+    def ifindex(self, name: str) -> int | None:
+        st = self._ifs.get(name)
+        return st.ifindex if st else None
+
     def raw(self) -> dict[str, NetDevCounters]:
         return {name: st.last for name, st in self._ifs.items()}

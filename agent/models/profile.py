@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
+
+if TYPE_CHECKING:  # models stay import-light; these are only types here
+    from agent.config import BandwidthConfig
+    from agent.models.catalogue import TypeEntry
 
 GBIT = 1e9 / 8  # bytes in one Gbit (AWS quotes decimal Gbit/s)
 
 # Where a figure came from, most trusted first; exported as a label so every figure can be traced.
 SOURCES = ("config", "learned", "api", "catalogue", "default", "none")
+
+# AWS publishes no bucket size. Seed 000 measured r4 buckets of 2700 / 5145 / 8925 / 11950 Gbit against
+# baselines of 0.75 / 1.25 / 2.5 / 5 Gbit/s: 3600, 4116, 3570 and 2390 s of baseline
+# (ec2-network-facts.md, "Bandwidth and burst credits"). One hour of baseline is the default estimate
+# until the credit model learns the real size from an exhaustion.
+DEFAULT_BUCKET_SECONDS = 3600.0
+
+
+class CardBandwidth(NamedTuple):
+    """One network card's baseline and peak, bytes per second per direction."""
+
+    network_card: int
+    baseline_bytes_per_second: Optional[float]
+    peak_bytes_per_second: Optional[float]
 
 
 @dataclass(frozen=True)
@@ -23,6 +41,11 @@ class BandwidthProfile:
     baseline_source: str = "none"
     peak_source: str = "none"
     bucket_source: str = "none"
+    # Every card of a multi-card type (the figures above are card 0's), from the same source as the type.
+    cards: tuple[CardBandwidth, ...] = ()
+    cards_source: str = "none"
+    # Why a figure is not what a reader would expect (an override ignored, a peak raised to the baseline).
+    notes: tuple[str, ...] = ()
 
     @property
     def bursts(self) -> bool:
@@ -30,3 +53,63 @@ class BandwidthProfile:
         return (self.baseline_bytes_per_second is not None and self.peak_bytes_per_second is not None
                 and self.peak_bytes_per_second > self.baseline_bytes_per_second
                 and self.bucket_bytes is not None and self.bucket_bytes > 0)
+
+    @property
+    def never_exhausts(self) -> bool:
+        """Baseline and peak are known and equal: there is nothing to run out of."""
+        return (self.baseline_bytes_per_second is not None and self.peak_bytes_per_second is not None
+                and self.peak_bytes_per_second <= self.baseline_bytes_per_second)
+
+
+def _gbit(value: Optional[float]) -> Optional[float]:
+    return value * GBIT if value is not None else None
+
+
+def resolve_profile(instance_type: Optional[str], config_bandwidth: BandwidthConfig,
+                    api_entry: Optional[TypeEntry], catalogue_entry: Optional[TypeEntry],
+                    learned_bucket_bytes: Optional[float] = None) -> BandwidthProfile:
+    """Pick each figure from the most trusted source that has it (pure).
+
+    baseline, peak: config > api (DescribeInstanceTypes) > catalogue (bundled) > none, each on its own;
+    bucket: config > learned > default (DEFAULT_BUCKET_SECONDS of baseline); a size whose baseline equals
+    its peak has no bucket (source "none": it never exhausts)."""
+    notes: list[str] = []
+
+    def pick(conf: Optional[float], attr: str) -> tuple[Optional[float], str]:
+        if conf is not None:
+            return conf * GBIT, "config"
+        for source, entry in (("api", api_entry), ("catalogue", catalogue_entry)):
+            value = getattr(entry, attr) if entry is not None else None
+            if value is not None:
+                return value * GBIT, source
+        return None, "none"
+
+    baseline, baseline_source = pick(config_bandwidth.baseline_gbps, "baseline_gbps")
+    peak, peak_source = pick(config_bandwidth.peak_gbps, "peak_gbps")
+    if baseline is not None and peak is not None and peak < baseline:
+        # Only when sources mix (config's cross-check rejects peak < baseline within the file itself).
+        notes.append(f"peak {peak / GBIT:g} Gbit/s ({peak_source}) is below baseline {baseline / GBIT:g} "
+                     f"Gbit/s ({baseline_source}); using the baseline as the peak")
+        peak, peak_source = baseline, baseline_source
+
+    bucket: Optional[float] = None
+    bucket_source = "none"
+    conf_bucket = config_bandwidth.burst_bucket_gbit
+    if baseline is not None and peak is not None and peak <= baseline:
+        if conf_bucket is not None:
+            notes.append("instance.bandwidth.burst_bucket_gbit ignored: baseline equals peak, nothing bursts")
+    elif conf_bucket is not None:
+        bucket, bucket_source = conf_bucket * GBIT, "config"
+    elif learned_bucket_bytes is not None and learned_bucket_bytes > 0:
+        bucket, bucket_source = float(learned_bucket_bytes), "learned"
+    elif baseline is not None and peak is not None:
+        bucket, bucket_source = baseline * DEFAULT_BUCKET_SECONDS, "default"
+
+    entry = api_entry if api_entry is not None and api_entry.cards else catalogue_entry
+    cards: tuple[CardBandwidth, ...] = ()
+    cards_source = "none"
+    if entry is not None and entry.cards:
+        cards = tuple(CardBandwidth(c.index, _gbit(c.baseline_gbps), _gbit(c.peak_gbps)) for c in entry.cards)
+        cards_source = "api" if entry is api_entry else "catalogue"
+    return BandwidthProfile(instance_type, baseline, peak, bucket, baseline_source, peak_source,
+                            bucket_source, cards, cards_source, tuple(notes))

@@ -7,13 +7,46 @@ the test failed. Nothing here touches the host's own interfaces.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
+import threading
 import shlex
 import subprocess
 import time
 import uuid
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
+
+T = TypeVar("T")
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def run_in_ns(ns: str, fn: Callable[[], T], timeout: float = 30.0) -> T:
+    """Call fn on a fresh thread that has entered network namespace `ns` (setns is per thread), so
+    sockets it opens live there; the caller's own thread never changes namespace."""
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), f"setns({ns})")
+            finally:
+                os.close(fd)
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise TimeoutError(f"call in namespace {ns} took longer than {timeout}s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
 
 _counter = itertools.count()
 
@@ -71,9 +104,10 @@ class Lab:
 
     def http_get(self, ns: str, url: str, timeout: float = 5.0) -> str:
         """GET a URL from inside a namespace (the agent's /metrics listens there)."""
-        code = ("import sys,urllib.request;"
-                f"sys.stdout.write(urllib.request.urlopen({url!r},timeout={timeout}).read().decode())")
-        return self.run(ns, "python3", "-c", code, timeout=timeout + 5).stdout
+        import urllib.request
+
+        return run_in_ns(ns, lambda: urllib.request.urlopen(url, timeout=timeout).read().decode(),
+                         timeout=timeout + 1)
 
     def wait_http(self, ns: str, url: str, timeout: float = 20.0) -> str:
         deadline = time.monotonic() + timeout
@@ -81,20 +115,32 @@ class Lab:
         while time.monotonic() < deadline:
             try:
                 return self.http_get(ns, url, timeout=2.0)
-            except subprocess.CalledProcessError as exc:
+            except OSError as exc:
                 last = exc
                 time.sleep(0.2)
         raise TimeoutError(f"{url} in {ns} did not answer within {timeout}s: {last}")
 
     # -- shaping ------------------------------------------------------------------------------
     def tbf(self, ns: str, dev: str, rate_bit: int, burst_bytes: int, peak_bit: Optional[int] = None,
-            latency_ms: int = 200, mtu: int = 65536) -> None:
-        """An EC2-like shaper: tokens at `rate` up to `burst` bytes; `peakrate` caps the burst rate."""
+            limit_bytes: int = 2_000_000, mtu: int = 65536) -> None:
+        """An EC2-like shaper: tokens at `rate` up to `burst` bytes; `peakrate` caps the burst rate.
+        `limit` is set directly: tc's latency form would size the queue from the (huge) burst."""
         cmd = ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{rate_bit}bit",
-               "burst", str(burst_bytes), "latency", f"{latency_ms}ms"]
+               "burst", str(burst_bytes), "limit", str(limit_bytes)]
         if peak_bit:
             cmd += ["peakrate", f"{peak_bit}bit", "mtu", str(mtu)]
         self.run(ns, *cmd)
+
+    def ifb_ingress(self, ns: str, dev: str, ifb: str = "ifb0") -> str:
+        """Redirect `dev`'s ingress through an IFB device so a root qdisc on it shapes inbound traffic."""
+        self.run(ns, "ip", "link", "add", ifb, "type", "ifb")
+        self.run(ns, "ip", "link", "set", ifb, "up")
+        self.run(ns, "tc", "qdisc", "add", "dev", dev, "handle", "ffff:", "ingress")
+        # u32 match-all (cls_matchall is not built into every kernel)
+        self.run(ns, "tc", "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "all", "u32", "match",
+                 "u32", "0", "0", "action", "mirred",
+                 "egress", "redirect", "dev", ifb)
+        return ifb
 
     # -- cleanup ------------------------------------------------------------------------------
     def close(self) -> None:

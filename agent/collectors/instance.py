@@ -1,0 +1,210 @@
+"""Who this instance is: identity and ENIs from IMDS, Linux names by MAC, and the size's bandwidth profile."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from agent import config as configmod
+from agent.models.catalogue import TypeEntry, catalogue_source, load_catalogue
+from agent.models.profile import BandwidthProfile, resolve_profile
+from agent.readers import ec2api
+from agent.readers.imds import (
+    Eni,
+    Identity,
+    ImdsClient,
+    ImdsError,
+    ImdsForbidden,
+    ImdsStats,
+    ImdsUnavailable,
+    parse_eni,
+    parse_identity,
+    read_enis,
+    read_identity,
+    sort_enis,
+)
+from agent.readers.sysfs_net import match_macs, parse_net_interfaces, read_net_interfaces
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """Everything discovery learned, and where each part came from (`sources`)."""
+
+    on_ec2: bool
+    identity: Optional[Identity]
+    enis: list[Eni]
+    interfaces: list[str]                   # the ENIs' Linux names, primary first
+    vpc_cidrs: list[str]
+    catalogue_entry: Optional[TypeEntry]
+    profile: BandwidthProfile
+    # imds: v2 | v1 | off (config) | unreachable | disabled (403) | error
+    # instance_type: config | imds | none;   type_entry: api | catalogue | none
+    # api: fresh | cached | stale_cache | denied | unreachable | no_credentials | unknown_type | error
+    #      | skipped
+    # catalogue: the data the bundled table came from;   *_detail: a sentence for logs and `status`
+    sources: dict[str, str]
+    api_entry: Optional[TypeEntry] = None
+    eni_interfaces: dict[str, str] = field(default_factory=dict)     # mac -> Linux name
+    imds_stats: Optional[ImdsStats] = None
+    discovery_seconds: float = 0.0
+
+    @property
+    def instance_type(self) -> Optional[str]:
+        return self.profile.instance_type
+
+    @property
+    def type_entry(self) -> Optional[TypeEntry]:
+        """The type's facts from the best source (API over the bundled catalogue)."""
+        return self.api_entry if self.api_entry is not None else self.catalogue_entry
+
+
+def default_api_factory(region: str) -> Any:
+    from agent.readers.aws import client
+
+    return client("ec2", region)
+
+
+def _read_imds(client: ImdsClient, sources: dict[str, str]) -> tuple[Optional[Identity], list[Eni]]:
+    try:
+        identity = parse_identity(read_identity(client))
+    except ImdsUnavailable as exc:
+        sources["imds"], sources["imds_detail"] = "unreachable", str(exc)
+        return None, []
+    except ImdsForbidden as exc:
+        sources["imds"], sources["imds_detail"] = "disabled", str(exc)
+        return None, []
+    except (ImdsError, ValueError) as exc:
+        sources["imds"], sources["imds_detail"] = "error", str(exc)
+        return None, []
+    sources["imds"] = client.stats.version or "v2"
+    sources["imds_detail"] = f"IMDS{sources['imds']} at {client.endpoint}"
+    try:
+        enis = sort_enis([parse_eni(mac, values) for mac, values in read_enis(client).items()])
+    except (ImdsError, ValueError) as exc:
+        log.warning("IMDS answered for the identity but not for the ENIs: %s", exc)
+        sources["enis_detail"] = f"ENIs unreadable: {exc}"
+        enis = []
+    return identity, enis
+
+
+def _catalogue(instance_type: Optional[str], sources: dict[str, str]) -> Optional[TypeEntry]:
+    try:
+        table = load_catalogue()
+        sources["catalogue"] = catalogue_source()
+    except (OSError, ValueError) as exc:
+        log.error("bundled instance-type catalogue unusable: %s", exc)
+        sources["catalogue"] = f"unusable: {exc}"
+        return None
+    if instance_type is None:
+        return None
+    entry = table.get(instance_type)
+    if entry is None:
+        log.warning("instance_type=%s is not in the bundled catalogue (%s); set [instance.bandwidth] or "
+                    "allow ec2:DescribeInstanceTypes", instance_type, sources["catalogue"])
+    return entry
+
+
+def discover(cfg: configmod.Config, sysfs: str = "/sys", imds: Optional[ImdsClient] = None,
+             api_factory: Optional[ec2api.ClientFactory] = None,
+             learned_bucket_bytes: Optional[float] = None) -> InstanceInfo:
+    """Ask IMDS (if enabled) who we are, match ENIs to interfaces, and resolve the bandwidth profile.
+
+    Never raises on IMDS, AWS or sysfs faults: each is logged and recorded in `sources`. Off EC2 (or with
+    IMDS off) it says so in one INFO line and runs on [instance] / [instance.bandwidth]."""
+    started = time.monotonic()
+    try:
+        return _discover(cfg, sysfs, imds, api_factory, learned_bucket_bytes, started)
+    except Exception as exc:  # a bug here must not stop the agent: fall back to the config's profile
+        log.exception("instance discovery failed; running on the configured profile")
+        profile = resolve_profile(cfg.instance.type, cfg.instance.bandwidth, None, None, learned_bucket_bytes)
+        sources = {"imds": "error", "imds_detail": f"discovery failed: {exc}", "api": "skipped",
+                   "instance_type": "config" if cfg.instance.type else "none", "type_entry": "none"}
+        return InstanceInfo(False, None, [], [], [], None, profile, sources,
+                            discovery_seconds=time.monotonic() - started)
+
+
+def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
+              api_factory: Optional[ec2api.ClientFactory], learned_bucket_bytes: Optional[float],
+              started: float) -> InstanceInfo:
+    sources: dict[str, str] = {}
+    identity: Optional[Identity] = None
+    enis: list[Eni] = []
+    client: Optional[ImdsClient] = None
+    if cfg.imds.enabled:
+        client = imds or ImdsClient(cfg.imds.endpoint, timeout=cfg.imds.timeout, retries=cfg.imds.retries,
+                                    allow_imdsv1=cfg.imds.allow_imdsv1)
+        identity, enis = _read_imds(client, sources)
+    else:
+        sources["imds"], sources["imds_detail"] = "off", "imds.enabled = false"
+    on_ec2 = identity is not None
+
+    eni_ifs: dict[str, str] = {}
+    if enis:
+        try:
+            eni_ifs = match_macs([e.mac for e in enis], parse_net_interfaces(read_net_interfaces(sysfs)))
+        except Exception as exc:  # sysfs trouble only costs the default interface list
+            log.warning("matching ENIs to interfaces via %s failed: %s", sysfs, exc)
+        for e in enis:
+            if e.mac not in eni_ifs:
+                log.info("ENI %s (mac %s, card %d, device %s) has no interface in this network namespace",
+                         e.interface_id, e.mac, e.network_card_index, e.device_number)
+    interfaces = [eni_ifs[e.mac] for e in enis if e.mac in eni_ifs]
+    vpc_cidrs = sorted({c for e in enis for c in e.vpc_ipv4_cidr_blocks})
+
+    instance_type = cfg.instance.type or (identity.instance_type if identity else None)
+    sources["instance_type"] = "config" if cfg.instance.type else ("imds" if identity else "none")
+    if cfg.instance.type and identity and cfg.instance.type != identity.instance_type:
+        log.warning("instance.type = %s overrides the type IMDS reports (%s)", cfg.instance.type,
+                    identity.instance_type)
+
+    catalogue_entry = _catalogue(instance_type, sources)
+    api_entry: Optional[TypeEntry] = None
+    region = identity.region if identity else None
+    if instance_type and region:
+        res = ec2api.lookup_instance_type(instance_type, region, cfg.state_dir,
+                                          api_factory or default_api_factory)
+        api_entry = res.entry
+        sources["api"], sources["api_detail"] = res.status, res.detail
+        if res.entry is None:
+            log.info("instance_type=%s: DescribeInstanceTypes %s (%s); using the bundled catalogue",
+                     instance_type, res.status, res.detail)
+    else:
+        sources["api"] = "skipped"
+        sources["api_detail"] = "no instance type" if not instance_type else "no region (not on EC2)"
+
+    profile = resolve_profile(instance_type, cfg.instance.bandwidth, api_entry, catalogue_entry,
+                              learned_bucket_bytes)
+    sources["type_entry"] = "api" if api_entry else ("catalogue" if catalogue_entry else "none")
+    for note in profile.notes:
+        log.warning("profile: %s", note)
+
+    elapsed = time.monotonic() - started
+    if on_ec2:
+        assert identity is not None
+        log.info("on EC2: instance_id=%s type=%s region=%s az=%s (%s); interfaces=%s; profile: %s",
+                 identity.instance_id, instance_type, identity.region, identity.availability_zone,
+                 identity.availability_zone_id, ",".join(interfaces) or "-", describe_profile(profile))
+    else:
+        log.info("not on EC2 (%s, %.1fs); running on the configured profile: %s",
+                 sources.get("imds_detail", sources["imds"]), elapsed, describe_profile(profile))
+    return InstanceInfo(on_ec2, identity, enis, interfaces, vpc_cidrs, catalogue_entry, profile, sources,
+                        api_entry, eni_ifs, client.stats if client else None, elapsed)
+
+
+def describe_profile(p: BandwidthProfile) -> str:
+    """One line for logs and `burstwatch status`: type, figures in Gbit/s, and where each came from."""
+    def gbit(v: Optional[float]) -> str:
+        return f"{v * 8 / 1e9:g}" if v is not None else "?"
+
+    if p.baseline_bytes_per_second is None and p.peak_bytes_per_second is None:
+        return (f"type={p.instance_type or '?'}, bandwidth unknown "
+                "(set [instance] type or [instance.bandwidth])")
+    line = (f"type={p.instance_type or '?'} baseline={gbit(p.baseline_bytes_per_second)} Gbit/s "
+            f"({p.baseline_source}) peak={gbit(p.peak_bytes_per_second)} Gbit/s ({p.peak_source})")
+    if p.never_exhausts:
+        return line + " bucket=none (baseline = peak: never exhausts)"
+    return line + f" bucket={gbit(p.bucket_bytes)} Gbit ({p.bucket_source})"

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Build burstwatch's .deb (Debian 12, Ubuntu 24.04) and .rpm (Amazon Linux 2023) into dist/.
+#
+#   packaging/build.sh [deb|rpm|all]        (default: all)
+#
+# Works from a clean clone: the version comes from agent/__init__.py (the one place it lives), the
+# file layout is staged once and shared by both packages, and the .rpm's bundled wheels are
+# downloaded from PyPI by hash into .cache/packaging/wheels (reused on later runs).
+# Needs: dpkg-dev, debhelper, dh-python, fakeroot (deb); rpm (rpmbuild) and python3-pip or
+# python3-venv (rpm). Environment: DIST (output dir, default dist/), BUILD_DIR (scratch, default
+# build/packaging), BURSTWATCH_CACHE (default .cache/packaging).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DIST=${DIST:-$ROOT/dist}
+BUILD_DIR=${BUILD_DIR:-$ROOT/build/packaging}
+CACHE=${BURSTWATCH_CACHE:-$ROOT/.cache/packaging}
+PYTHON=${PYTHON:-/usr/bin/python3}
+[ -x "$PYTHON" ] || PYTHON=python3
+what=${1:-all}
+
+case "$what" in
+    deb|rpm|all) ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "usage: $0 [deb|rpm|all]" >&2; exit 2 ;;
+esac
+
+log() { echo "build.sh: $*" >&2; }
+
+# The version, read (not imported) from agent/__init__.py.
+UPSTREAM=$("$PYTHON" - "$ROOT/agent/__init__.py" <<'EOF'
+import ast, sys
+tree = ast.parse(open(sys.argv[1], encoding="utf-8").read())
+for node in tree.body:
+    if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__version__" for t in node.targets):
+        print(ast.literal_eval(node.value))
+        break
+else:
+    sys.exit("no __version__ in " + sys.argv[1])
+EOF
+)
+# PEP 440 pre-releases (1.2.0rc1, 1.2.0.dev3) must sort before the release: "~" does that in both
+# dpkg and rpm (>= 4.10).
+VERSION=$(printf '%s' "$UPSTREAM" | sed -E 's/\.?(a|b|rc|dev)([0-9]*)$/~\1\2/')
+if ! printf '%s' "$VERSION" | grep -Eq '^[0-9][0-9A-Za-z.+~]*$'; then
+    echo "build.sh: version '$UPSTREAM' from agent/__init__.py cannot be a package version" >&2
+    exit 2
+fi
+log "burstwatch $UPSTREAM (package version $VERSION)"
+
+# Optional files the lead's issues add; shipped when present.
+SHARE_FILES=(packaging/prometheus/burstwatch.rules.yml packaging/grafana/burstwatch-dashboard.json)
+# Set REQUIRE_SHARE=1 once they exist in the tree, so a missing one fails the build.
+REQUIRE_SHARE=${REQUIRE_SHARE:-0}
+
+# stage DEST [rpm]: the installed file layout (both packages), under DEST/stage.
+stage() {
+    local dest=$1/stage kind=${2:-deb}
+    rm -rf "$dest"
+    mkdir -p "$dest/usr/lib/burstwatch" "$dest/usr/bin" "$dest/etc/burstwatch" \
+             "$dest/usr/share/doc/burstwatch"
+    # The agent package, privately (never as a global `agent` module), without byte-code.
+    (cd "$ROOT" && find agent -type f \( -name '*.py' -o -path 'agent/data/*' \) \
+        ! -path '*/__pycache__/*' -print0 | sort -z |
+        while IFS= read -r -d '' f; do
+            install -D -m 0644 "$f" "$dest/usr/lib/burstwatch/$f"
+        done)
+    install -m 0755 "$ROOT/packaging/bin/burstwatch" "$dest/usr/bin/burstwatch"
+    install -m 0644 "$ROOT/packaging/burstwatch.toml" "$dest/etc/burstwatch/burstwatch.toml"
+    install -m 0644 "$ROOT/docs/install.md" "$dest/usr/share/doc/burstwatch/install.md"
+    local f found=0
+    for f in "${SHARE_FILES[@]}"; do
+        if [ -f "$ROOT/$f" ]; then
+            install -D -m 0644 "$ROOT/$f" "$dest/usr/share/burstwatch/$(basename "$f")"
+            found=$((found + 1))
+        elif [ "$REQUIRE_SHARE" = 1 ]; then
+            echo "build.sh: $f is missing" >&2
+            exit 1
+        else
+            log "note: $f not in the tree yet; not shipped"
+        fi
+    done
+    if [ "$kind" = rpm ]; then
+        # debhelper installs these for the .deb (dh_installsystemd, dh_installsysusers).
+        install -D -m 0644 "$ROOT/systemd/burstwatch.service" "$dest/usr/lib/systemd/system/burstwatch.service"
+        install -D -m 0644 "$ROOT/packaging/burstwatch.sysusers" "$dest/usr/lib/sysusers.d/burstwatch.conf"
+        install -D -m 0644 "$ROOT/packaging/rpm/80-burstwatch.preset" \
+            "$dest/usr/lib/systemd/system-preset/80-burstwatch.preset"
+        vendor "$dest/usr/lib/burstwatch/vendor"
+    fi
+}
+
+# Reproducible timestamps: the last commit's date when there is one.
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || date +%s)}
+export SOURCE_DATE_EPOCH
+
+build_deb() {
+    local dir="$BUILD_DIR/deb/burstwatch-$VERSION"
+    rm -rf "$BUILD_DIR/deb"
+    mkdir -p "$dir"
+    stage "$dir" deb
+    cp -a "$ROOT/packaging/debian" "$dir/debian"
+    install -m 0644 "$ROOT/systemd/burstwatch.service" "$dir/debian/burstwatch.service"
+    install -m 0644 "$ROOT/packaging/burstwatch.sysusers" "$dir/debian/burstwatch.sysusers"
+    {
+        echo "stage/usr/lib/burstwatch usr/lib"
+        echo "stage/usr/bin/burstwatch usr/bin"
+        echo "stage/etc/burstwatch etc"
+        [ -d "$dir/stage/usr/share/burstwatch" ] && echo "stage/usr/share/burstwatch usr/share"
+        echo "stage/usr/share/doc/burstwatch/install.md usr/share/doc/burstwatch"
+    } > "$dir/debian/burstwatch.install"
+    cat > "$dir/debian/changelog" <<EOF
+burstwatch ($VERSION) unstable; urgency=medium
+
+  * burstwatch $UPSTREAM, built by packaging/build.sh from agent/__init__.py.
+
+ -- burstwatch developers <packaging@burstwatch.invalid>  $(date -u -R -d "@$SOURCE_DATE_EPOCH")
+EOF
+    log "dpkg-buildpackage in $dir"
+    (cd "$dir" && dpkg-buildpackage -b -us -uc -rfakeroot >"$BUILD_DIR/deb/build.log" 2>&1) || {
+        tail -40 "$BUILD_DIR/deb/build.log" >&2
+        exit 1
+    }
+    mkdir -p "$DIST"
+    cp "$BUILD_DIR/deb/burstwatch_${VERSION}_all.deb" "$DIST/"
+    log "built $DIST/burstwatch_${VERSION}_all.deb ($(stat -c %s "$DIST/burstwatch_${VERSION}_all.deb") bytes)"
+}
+
+# vendor DEST: unpack the pinned, hash-checked wheels of packaging/rpm/vendor.txt into DEST.
+vendor() {
+    local dest=$1 wheels="$CACHE/wheels"
+    mkdir -p "$wheels" "$dest"
+    # Never commit the cache: it ignores itself whatever the top-level .gitignore says.
+    [ -f "$CACHE/../.gitignore" ] || printf '*\n' > "$CACHE/../.gitignore"
+    local pip=("$PYTHON" -m pip)
+    if ! "${pip[@]}" --version >/dev/null 2>&1; then
+        [ -x "$CACHE/pip-venv/bin/pip" ] || "$PYTHON" -m venv "$CACHE/pip-venv"
+        pip=("$CACHE/pip-venv/bin/pip")
+    fi
+    "${pip[@]}" download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+        --require-hashes -r "$ROOT/packaging/rpm/vendor.txt" -d "$wheels" >&2
+    "$PYTHON" - "$ROOT/packaging/rpm/vendor.txt" "$wheels" "$dest" <<'EOF'
+import pathlib, re, sys, zipfile
+req, wheels, dest = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+for line in open(req, encoding="utf-8"):
+    m = re.match(r"([A-Za-z0-9_.-]+)==([^\s]+)", line)
+    if not m:
+        continue
+    name, version = m.group(1).replace("-", "_"), m.group(2)
+    (whl,) = wheels.glob(f"{name}-{version}-*.whl")
+    with zipfile.ZipFile(whl) as z:
+        z.extractall(dest)
+EOF
+    find "$dest" -name '__pycache__' -prune -exec rm -rf {} +
+    find "$dest" -type f -exec chmod 0644 {} +
+}
+
+build_rpm() {
+    local top="$BUILD_DIR/rpm" src="$BUILD_DIR/rpm/src/burstwatch-$VERSION"
+    rm -rf "$top"
+    mkdir -p "$src" "$top/SOURCES"
+    stage "$src" rpm
+    tar -C "$top/src" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" \
+        -czf "$top/SOURCES/burstwatch-$VERSION.tar.gz" "burstwatch-$VERSION"
+    log "rpmbuild in $top"
+    rpmbuild --quiet -bb \
+        --define "_topdir $top" \
+        --define "bw_version $VERSION" \
+        --define "_source_date_epoch_from_changelog 0" \
+        --define "use_source_date_epoch_as_buildtime 1" \
+        --define "clamp_mtime_to_source_date_epoch 1" \
+        "$ROOT/packaging/rpm/burstwatch.spec" >"$top/build.log" 2>&1 || {
+        tail -40 "$top/build.log" >&2
+        exit 1
+    }
+    mkdir -p "$DIST"
+    local rpm_file
+    rpm_file=$(find "$top/RPMS" -name "burstwatch-$VERSION-1*.noarch.rpm" | head -1)
+    cp "$rpm_file" "$DIST/"
+    log "built $DIST/$(basename "$rpm_file") ($(stat -c %s "$rpm_file") bytes)"
+}
+
+case "$what" in
+    deb) build_deb ;;
+    rpm) build_rpm ;;
+    all) build_deb; build_rpm ;;
+esac
