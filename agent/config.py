@@ -181,8 +181,8 @@ class ProbeConfig:
 @dataclass(frozen=True)
 class Config:
     sample_interval: float = _opt(1.0, "seconds between counter samples", lo=0.1, hi=60.0)
-    rate_window: float = _opt(1.0, "seconds of samples that the reported rate averages over",
-                              lo=0.1, hi=600.0)
+    rate_window: Optional[float] = _opt(None, "seconds of samples the reported rate averages over "
+                                        "(default: max(1, sample_interval))", lo=0.1, hi=600.0)
     state_dir: str = _opt(DEFAULT_STATE_DIR, "where credit state and caches are kept")
     interfaces: Optional[list[str]] = _opt(None, "interfaces to monitor (default: the instance's ENIs "
                                            "from IMDS, else the default-route interfaces)")
@@ -195,6 +195,10 @@ class Config:
     cloudwatch: CloudWatchConfig = _opt(None, "", factory=CloudWatchConfig)
     responder: ResponderConfig = _opt(None, "", factory=ResponderConfig)
     probe: ProbeConfig = _opt(None, "", factory=ProbeConfig)
+
+    @property
+    def effective_rate_window(self) -> float:
+        return self.rate_window if self.rate_window is not None else max(1.0, self.sample_interval)
 
 
 _TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
@@ -248,7 +252,7 @@ def _build(cls: type, table: dict[str, Any], prefix: str, where: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(table) - set(fields))
     if unknown:
-        raise ConfigError(f"{where}: unknown key {prefix}{unknown[0]!r}"
+        raise ConfigError(f"{where}: unknown key {prefix + unknown[0]!r}"
                           f" (known: {', '.join(sorted(fields))})")
     kwargs: dict[str, Any] = {}
     for name, value in table.items():
@@ -280,7 +284,7 @@ def _cross_check(cfg: Config, where: str) -> None:
     if bw.baseline_gbps is not None and bw.peak_gbps is not None and bw.peak_gbps < bw.baseline_gbps:
         raise ConfigError(f"{where}: key 'instance.bandwidth.peak_gbps' = {bw.peak_gbps!r} is below "
                           f"baseline_gbps = {bw.baseline_gbps!r}")
-    if cfg.rate_window < cfg.sample_interval:
+    if cfg.rate_window is not None and cfg.rate_window < cfg.sample_interval:
         raise ConfigError(f"{where}: key 'rate_window' = {cfg.rate_window!r} is shorter than "
                           f"sample_interval = {cfg.sample_interval!r}")
     if cfg.interfaces is not None and not all(cfg.interfaces):

@@ -105,7 +105,7 @@ class Daemon:
         if new.interfaces != old.interfaces:
             self.interfaces = resolve_interfaces(new, self._discover)
         if self.sampler is not None:
-            self.sampler.tracker.rate_window = new.rate_window
+            self.sampler.tracker.rate_window = new.effective_rate_window
         if self.credits is not None and new.instance != old.instance:
             self.profile = config_profile(new)
             self.credits.set_profile(self.profile)
@@ -122,7 +122,7 @@ class Daemon:
     # -- the loop --------------------------------------------------------------------------------
     def setup(self) -> None:
         self.interfaces = resolve_interfaces(self.cfg, self._discover)
-        self.sampler = Sampler(lambda: self.interfaces, self.cfg.rate_window,
+        self.sampler = Sampler(lambda: self.interfaces, self.cfg.effective_rate_window,
                                procfs=self.paths.procfs, sysfs=self.paths.sysfs)
         sampler = self.sampler
 

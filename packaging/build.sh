@@ -68,6 +68,9 @@ stage() {
     install -m 0755 "$ROOT/packaging/bin/burstwatch" "$dest/usr/bin/burstwatch"
     install -m 0644 "$ROOT/packaging/burstwatch.toml" "$dest/etc/burstwatch/burstwatch.toml"
     install -m 0644 "$ROOT/docs/install.md" "$dest/usr/share/doc/burstwatch/install.md"
+    # burstwatch(1), rendered from the CLI's argparse parser.
+    mkdir -p "$dest/usr/share/man/man1"
+    "$PYTHON" "$ROOT/packaging/gen-manpage.py" > "$dest/usr/share/man/man1/burstwatch.1"
     local f found=0
     for f in "${SHARE_FILES[@]}"; do
         if [ -f "$ROOT/$f" ]; then
@@ -109,6 +112,7 @@ build_deb() {
         [ -d "$dir/stage/usr/share/burstwatch" ] && echo "stage/usr/share/burstwatch usr/share"
         echo "stage/usr/share/doc/burstwatch/install.md usr/share/doc/burstwatch"
     } > "$dir/debian/burstwatch.install"
+    echo "stage/usr/share/man/man1/burstwatch.1" > "$dir/debian/burstwatch.manpages"
     cat > "$dir/debian/changelog" <<EOF
 burstwatch ($VERSION) unstable; urgency=medium
 
@@ -153,6 +157,9 @@ for line in open(req, encoding="utf-8"):
 EOF
     find "$dest" -name '__pycache__' -prune -exec rm -rf {} +
     find "$dest" -type f -exec chmod 0644 {} +
+    # Library modules are not scripts: drop their `#!/usr/bin/python` lines (rpmlint
+    # non-executable-script; Fedora's guideline for bundled modules).
+    find "$dest" -type f -name '*.py' -exec sed -i '1{/^#!/d}' {} +
 }
 
 build_rpm() {
@@ -166,6 +173,7 @@ build_rpm() {
     rpmbuild --quiet -bb \
         --define "_topdir $top" \
         --define "bw_version $VERSION" \
+        --define "bw_date $(LC_ALL=C date -u -d "@$SOURCE_DATE_EPOCH" '+%a %b %d %Y')" \
         --define "_source_date_epoch_from_changelog 0" \
         --define "use_source_date_epoch_as_buildtime 1" \
         --define "clamp_mtime_to_source_date_epoch 1" \

@@ -21,13 +21,14 @@ def counter_delta(prev: int, cur: int, dt: float, per_second_cap: float) -> tupl
 
     A counter that went down either wrapped at 32 bits (some drivers keep 32-bit counters) or restarted
     from zero (driver reset, interface re-created). Neither may become a negative or absurd rate: a wrap
-    counts the distance to 2**32, a reset counts the new value only if it fits in one interval at the
-    cap, else nothing (the bytes before the reset are lost, not invented).
+    (only believable from the upper half of the 32-bit range) counts the distance to 2**32, a reset
+    counts the new value only if it fits in one interval at the cap, else nothing (the bytes before
+    the reset are lost, not invented).
     """
     if cur >= prev:
         return cur - prev, "ok"
     cap = per_second_cap * max(dt, 1e-3)
-    if prev < WRAP32:
+    if WRAP32 // 2 <= prev < WRAP32:
         wrapped = cur + WRAP32 - prev
         if wrapped <= cap:
             return wrapped, "wrap"
@@ -78,20 +79,19 @@ class CounterTracker:
                 self._ifs[name] = _IfState(ifindex, cur, [0] * len(cur))
                 self._push(self._ifs[name], t)
                 continue
-            if ifindex is not None and st.ifindex is not None and ifindex != st.ifindex:
-                # Re-created between two samples: its counters started at zero at some point in the
-                # interval; counting them all is right when the interval is short, and capped otherwise.
-                prev = NetDevCounters(*([0] * len(cur)))
-                event = "recreated"
-            else:
-                prev = st.last
-                event = "ok"
+            recreated = ifindex is not None and st.ifindex is not None and ifindex != st.ifindex
+            event = "recreated" if recreated else "ok"
             inc = []
             for i, fname in enumerate(COUNTER_NAMES):
                 cap = MAX_BYTES_PER_SECOND if fname.endswith("bytes") else MAX_PACKETS_PER_SECOND
-                d, kind = counter_delta(prev[i], cur[i], dt, cap)
-                if kind != "ok" and event == "ok":
-                    event = kind
+                if recreated:
+                    # Re-created between two samples: its counters started at zero during the interval;
+                    # count them when they fit one interval at the cap, else nothing.
+                    d = cur[i] if cur[i] <= cap * max(dt, 1e-3) else 0
+                else:
+                    d, kind = counter_delta(st.last[i], cur[i], dt, cap)
+                    if kind != "ok" and event == "ok":
+                        event = kind
                 inc.append(d)
             if event != "ok":
                 self.resets_total[name] = self.resets_total.get(name, 0) + 1

@@ -78,15 +78,17 @@ class Datum:
 
     def to_api(self) -> dict[str, Any]:
         """The MetricDatum structure as boto3's put_metric_data takes it."""
-        return {
-            "MetricName": self.name,
-            "Dimensions": [{"Name": n, "Value": v} for n, v in self.dims],
+        out: dict[str, Any] = {"MetricName": self.name}
+        if self.dims:  # an empty list would still be sent, as "Dimensions="
+            out["Dimensions"] = [{"Name": n, "Value": v} for n, v in self.dims]
+        out.update({
             "Timestamp": datetime.fromtimestamp(self.timestamp, tz=timezone.utc),
             "StatisticValues": {"SampleCount": self.sample_count, "Sum": self.total,
                                 "Minimum": self.minimum, "Maximum": self.maximum},
             "Unit": self.unit,
             "StorageResolution": self.storage_resolution,
-        }
+        })
+        return out
 
     def wire_pairs(self, index: int) -> list[tuple[str, Any]]:
         """The form fields botocore's query serializer sends for this datum at 1-based `index`."""

@@ -1,0 +1,240 @@
+"""The CloudWatch alarms an operator needs for burstwatch's metrics, and `burstwatch cloudwatch alarms`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from agent import config as configmod
+from agent.exporters.cloudwatch import DIRECTIONS, autoscaling_group_name, common_dimensions
+from agent.models.cw_aggregate import Dims
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+ImdsGet = Callable[[str], Optional[str]]
+
+
+@dataclass(frozen=True)
+class AlarmSpec:
+    """One alarm per direction on one burstwatch metric."""
+
+    slug: str
+    title: str                  # CloudFormation logical id stem
+    metric: str
+    statistic: str
+    comparison: str
+    threshold: float
+    treat_missing: str
+    description: str
+
+
+ALARMS: tuple[AlarmSpec, ...] = (
+    # The forecast is the earliest warning there is: 10 minutes leaves time to move traffic.
+    AlarmSpec("credit-exhaustion", "CreditExhaustion", "CreditExhaustionSeconds", "Minimum",
+              "LessThanThreshold", 600.0, "missing",
+              "burstwatch: {direction} burst credits run out within 10 minutes at the current rate"),
+    AlarmSpec("credit-low", "CreditLow", "CreditRemainingRatio", "Minimum", "LessThanThreshold", 0.2,
+              "missing", "burstwatch: {direction} burst credits below 20 % of the bucket"),
+    # Missing data here means no shaping counter moved (or no source): not a breach.
+    AlarmSpec("shaping", "Shaping", "ShapingEvents", "Sum", "GreaterThanThreshold", 0.0, "notBreaching",
+              "burstwatch: the shaper is queueing or dropping {direction} packets now"),
+)
+
+
+def alarm_period(period: int) -> int:
+    """Alarm period for a publishing period: standard alarms take multiples of 60 s (high-resolution
+    alarms cost 3x, docs/cloudwatch.md), so 1 s publishing is still alarmed on each minute."""
+    return max(60, int(math.ceil(period / 60.0)) * 60)
+
+
+def alarm_params(namespace: str, dims: Dims, period: int, label: str,
+                 actions: Optional[list[str]] = None) -> list[dict[str, Any]]:
+    """PutMetricAlarm arguments for every alarm and direction; `dims` must be the publisher's own
+    (CloudWatch matches an alarm's dimensions exactly)."""
+    out = []
+    for spec in ALARMS:
+        for d in DIRECTIONS:
+            params: dict[str, Any] = {
+                "AlarmName": f"burstwatch-{label}-{spec.slug}-{d}",
+                "AlarmDescription": spec.description.format(direction=d),
+                "Namespace": namespace,
+                "MetricName": spec.metric,
+                "Dimensions": [{"Name": n, "Value": v} for n, v in dims] + [{"Name": "Direction", "Value": d}],
+                "Statistic": spec.statistic,
+                "Period": alarm_period(period),
+                "EvaluationPeriods": 1,
+                "DatapointsToAlarm": 1,
+                "Threshold": spec.threshold,
+                "ComparisonOperator": spec.comparison,
+                "TreatMissingData": spec.treat_missing,
+                "ActionsEnabled": bool(actions),
+            }
+            if actions:
+                params["AlarmActions"] = list(actions)
+                params["OKActions"] = list(actions)
+            out.append(params)
+    return out
+
+
+def render_text(alarms: list[dict[str, Any]]) -> str:
+    lines = []
+    for a in alarms:
+        op = {"LessThanThreshold": "<", "GreaterThanThreshold": ">"}[a["ComparisonOperator"]]
+        dims = ", ".join(f"{d['Name']}={d['Value']}" for d in a["Dimensions"])
+        lines.append(f"{a['AlarmName']}\n  {a['AlarmDescription']}\n"
+                     f"  {a['Statistic']}({a['Namespace']}/{a['MetricName']}) {op} {a['Threshold']:g} "
+                     f"over {a['Period']}s; missing data: {a['TreatMissingData']}\n  dimensions: {dims}")
+        if a.get("AlarmActions"):
+            lines.append(f"  actions: {', '.join(a['AlarmActions'])}")
+    return "\n".join(lines)
+
+
+def cloudformation(namespace: str, period: int, extra: dict[str, str]) -> str:
+    """The same alarms as a CloudFormation template (YAML) with InstanceId, InstanceType,
+    AutoScalingGroupName and AlarmTopicArn as parameters; `extra` is [cloudwatch] dimensions."""
+    out = [
+        "AWSTemplateFormatVersion: '2010-09-09'",
+        "Description: burstwatch alarms for one instance (burstwatch cloudwatch alarms --cloudformation)",
+        "Parameters:",
+        "  InstanceId:",
+        "    Type: String",
+        "  InstanceType:",
+        "    Type: String",
+        "  AutoScalingGroupName:",
+        "    Type: String",
+        "    Default: ''",
+        "    Description: the instance's Auto Scaling group, if it has one (burstwatch adds the dimension)",
+        "  AlarmTopicArn:",
+        "    Type: String",
+        "    Default: ''",
+        "    Description: SNS topic to notify (empty for none)",
+        "Conditions:",
+        "  HasGroup: !Not [!Equals [!Ref AutoScalingGroupName, '']]",
+        "  HasTopic: !Not [!Equals [!Ref AlarmTopicArn, '']]",
+        "Resources:",
+    ]
+    extra_dims = [(n, extra[n]) for n in sorted(extra)]
+    for spec in ALARMS:
+        for d in DIRECTIONS:
+            out += [
+                f"  {spec.title}{d.capitalize()}:",
+                "    Type: AWS::CloudWatch::Alarm",
+                "    Properties:",
+                f"      AlarmName: !Sub 'burstwatch-${{InstanceId}}-{spec.slug}-{d}'",
+                f"      AlarmDescription: '{spec.description.format(direction=d)}'",
+                f"      Namespace: {namespace}",
+                f"      MetricName: {spec.metric}",
+                "      Dimensions:",
+                "        - Name: InstanceId",
+                "          Value: !Ref InstanceId",
+                "        - Name: InstanceType",
+                "          Value: !Ref InstanceType",
+                "        - !If [HasGroup, {Name: AutoScalingGroupName, Value: !Ref AutoScalingGroupName}, "
+                "!Ref 'AWS::NoValue']",
+            ]
+            for n, v in extra_dims:
+                out += [f"        - Name: {n}", f"          Value: '{v}'"]
+            out += [
+                "        - Name: Direction",
+                f"          Value: {d}",
+                f"      Statistic: {spec.statistic}",
+                f"      Period: {alarm_period(period)}",
+                "      EvaluationPeriods: 1",
+                "      DatapointsToAlarm: 1",
+                f"      Threshold: {spec.threshold:g}",
+                f"      ComparisonOperator: {spec.comparison}",
+                f"      TreatMissingData: {spec.treat_missing}",
+                "      AlarmActions: !If [HasTopic, [!Ref AlarmTopicArn], !Ref 'AWS::NoValue']",
+                "      OKActions: !If [HasTopic, [!Ref AlarmTopicArn], !Ref 'AWS::NoValue']",
+            ]
+    return "\n".join(out) + "\n"
+
+
+# -- the command --------------------------------------------------------------------------------
+
+def add_arguments(sp: argparse.ArgumentParser) -> None:
+    """`burstwatch cloudwatch alarms ...` under the `cloudwatch` parser that cli.py adds."""
+    sub = sp.add_subparsers(dest="cloudwatch_command", metavar="ACTION")
+    sub.required = True
+    a = sub.add_parser("alarms", help="print (or create) the CloudWatch alarms for this instance",
+                       description="Print the alarms an operator needs for this instance: credits run out "
+                       "within 10 minutes, credits below 20 %%, shaping now (per direction). --apply "
+                       "creates them with PutMetricAlarm.")
+    a.add_argument("--config", metavar="PATH", default=None,
+                   help=f"config file (default {configmod.DEFAULT_CONFIG_PATH}; missing = defaults)")
+    a.add_argument("--apply", action="store_true", help="create or update the alarms (PutMetricAlarm)")
+    fmt = a.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the PutMetricAlarm parameters as JSON")
+    fmt.add_argument("--cloudformation", action="store_true",
+                     help="print a CloudFormation template with the same alarms (instance as parameters)")
+    a.add_argument("--instance-id", default=None, help="instance id (default: from IMDS)")
+    a.add_argument("--instance-type", default=None,
+                   help="instance type (default: [instance] type, else IMDS)")
+    a.add_argument("--autoscaling-group", default=None,
+                   help="Auto Scaling group name (default: looked up as the daemon does; '' for none)")
+    a.add_argument("--sns-topic", action="append", default=[], metavar="ARN",
+                   help="SNS topic ARN to notify on ALARM and OK (repeatable)")
+
+
+def cmd_cloudwatch(args: argparse.Namespace, imds_get: Optional[ImdsGet] = None,
+                   client_factory: Optional[Callable[..., Any]] = None) -> int:
+    """`burstwatch cloudwatch alarms`; `imds_get(path)` reads IMDS `latest/`-relative paths."""
+    if getattr(args, "cloudwatch_command", "alarms") != "alarms":
+        print(f"burstwatch cloudwatch: unknown action {args.cloudwatch_command!r}", file=sys.stderr)
+        return EXIT_USAGE
+    cfg = configmod.load(args.config)
+    cw = cfg.cloudwatch
+    if args.cloudformation:
+        sys.stdout.write(cloudformation(cw.namespace, cw.period, dict(cw.dimensions)))
+        return EXIT_OK
+
+    def imds(path: str) -> Optional[str]:
+        if imds_get is None:
+            return None
+        try:
+            return imds_get(path)
+        except Exception as exc:
+            log.debug("IMDS %s: %s", path, exc)
+            return None
+
+    instance_id = args.instance_id or imds("meta-data/instance-id")
+    instance_type = args.instance_type or cfg.instance.type or imds("meta-data/instance-type")
+    if not instance_id:
+        print("burstwatch cloudwatch alarms: cannot tell which instance (IMDS unavailable): pass "
+              "--instance-id and --instance-type", file=sys.stderr)
+        return EXIT_USAGE
+    region = cw.region or imds("meta-data/placement/region")
+    factory = client_factory or _client
+    if args.autoscaling_group is not None:
+        asg: Optional[str] = args.autoscaling_group or None
+    else:
+        asg = autoscaling_group_name(instance_id, imds if imds_get is not None else None,
+                                     lambda: factory("ec2", region, None))
+    dims = common_dimensions(instance_id, instance_type, asg, dict(cw.dimensions))
+    alarms = alarm_params(cw.namespace, dims, cw.period, instance_id, args.sns_topic)
+    print(json.dumps(alarms, indent=2) if args.json else render_text(alarms))
+    if not args.apply:
+        return EXIT_OK
+    client = factory("cloudwatch", region, cw.endpoint_url)
+    failed = 0
+    for a in alarms:
+        try:
+            client.put_metric_alarm(**a)
+        except Exception as exc:
+            failed += 1
+            print(f"burstwatch cloudwatch alarms: {a['AlarmName']}: {exc}", file=sys.stderr)
+    print(f"created or updated {len(alarms) - failed} of {len(alarms)} alarms", file=sys.stderr)
+    return EXIT_OK if not failed else EXIT_FAIL
+
+
+def _client(service: str, region: Optional[str], endpoint_url: Optional[str]) -> Any:
+    from agent.readers import aws
+
+    return aws.client(service, region, endpoint_url)
