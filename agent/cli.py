@@ -41,6 +41,24 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from agent.exporters.status import build_status, json_safe, render_text
+    from agent.readers.daemon_metrics import metrics_url, parse_metrics, read_metrics
+
+    url = args.url or metrics_url(configmod.load(args.config).metrics.listen)
+    try:
+        text = read_metrics(url)
+    except OSError as exc:
+        print(f"burstwatch status: the daemon does not answer at {url}: {exc}\n"
+              "  is it running? `systemctl status burstwatch`", file=sys.stderr)
+        return EXIT_WARN
+    doc = build_status(parse_metrics(text))
+    print(json.dumps(json_safe(doc), indent=2, allow_nan=False) if args.json else render_text(doc))
+    return EXIT_OK
+
+
 def _not_yet(what: str) -> Callable[[argparse.Namespace], int]:
     def run(_args: argparse.Namespace) -> int:
         print(f"burstwatch {what}: not available yet in this build", file=sys.stderr)
@@ -71,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("check", _not_yet("check"), "verify the ENA driver, queues, rings and MTU; exit 0 ok, 1 warnings, "
              "2 failures")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
-    sp = add("status", _not_yet("status"), "show the running daemon's view of credits, checks and probes")
+    sp = add("status", cmd_status, "show the running daemon's view of credits, checks and probes")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
     sp.add_argument("--url", default=None, help="the daemon's /metrics URL (default: from metrics.listen)")
     sp = add("probe", _not_yet("probe"), "run one iperf3-compatible throughput probe", config=False)

@@ -98,3 +98,12 @@ def test_every_key_is_documented_in_order() -> None:
         assert token in doc, f"docs/configuration.md does not describe {key}"
         positions.append(doc.index(token))
     assert positions == sorted(positions), "docs/configuration.md lists the keys in another order than the code"
+
+
+def test_configuration_reference_is_generated_from_the_code() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_config_doc.py"), "--check"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

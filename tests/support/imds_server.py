@@ -229,14 +229,18 @@ class ImdsServer:
             def _serve(self) -> None:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 method, path = self.command, self.path.split("?", 1)[0]
-                if srv.hang or (srv.token_hang and method == "PUT"):
+                # Logged on arrival (status 0 = not answered yet), so a client that times out still shows.
+                with srv._lock:
+                    slot = len(srv.requests)
                     srv.requests.append(Request(method, path, 0, TOKEN_HEADER.lower() in headers))
+                if srv.hang or (srv.token_hang and method == "PUT"):
                     srv._stop.wait(60)
                     return
                 if srv.delay:
                     srv._stop.wait(srv.delay)
                 status, body = srv._answer(method, path, headers)
-                srv.requests.append(Request(method, path, status, TOKEN_HEADER.lower() in headers))
+                with srv._lock:
+                    srv.requests[slot] = srv.requests[slot]._replace(status=status)
                 data = body.encode()
                 try:
                     self.send_response(status)

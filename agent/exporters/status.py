@@ -1,0 +1,136 @@
+"""`burstwatch status`: a person's view (bars, rates, forecasts) and a JSON document, from /metrics samples."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from agent.readers.daemon_metrics import Sample
+
+BAR = 30
+
+
+def _find(samples: list[Sample], name: str, **labels: str) -> list[Sample]:
+    return [s for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+
+
+def _one(samples: list[Sample], name: str, **labels: str) -> Optional[Sample]:
+    found = _find(samples, name, **labels)
+    return found[0] if found else None
+
+
+def _val(samples: list[Sample], name: str, **labels: str) -> Optional[float]:
+    s = _one(samples, name, **labels)
+    return s.value if s else None
+
+
+def build_status(samples: list[Sample]) -> dict[str, Any]:
+    """The JSON document: identity, profile, credits per direction, shaping, checks, probes."""
+    doc: dict[str, Any] = {}
+    build = _one(samples, "burstwatch_build_info")
+    doc["version"] = build.labels.get("version") if build else None
+    info = _one(samples, "burstwatch_instance_info")
+    doc["instance"] = dict(info.labels) if info else None
+    model = _one(samples, "burstwatch_credit_model_info")
+    doc["credit_model"] = dict(model.labels) if model else None
+    doc["directions"] = {}
+    for d in ("in", "out"):
+        base = _one(samples, "burstwatch_bandwidth_baseline_bytes_per_second", direction=d)
+        peak = _one(samples, "burstwatch_bandwidth_peak_bytes_per_second", direction=d)
+        binfo = _one(samples, "burstwatch_credit_bucket_info", direction=d)
+        doc["directions"][d] = {
+            "rate_bytes_per_second": _val(samples, "burstwatch_throughput_bytes_per_second", direction=d),
+            "baseline_bytes_per_second": base.value if base else None,
+            "baseline_source": base.labels.get("source") if base else None,
+            "peak_bytes_per_second": peak.value if peak else None,
+            "peak_source": peak.labels.get("source") if peak else None,
+            "remaining_bytes": _val(samples, "burstwatch_credit_remaining_bytes", direction=d),
+            "remaining_ratio": _val(samples, "burstwatch_credit_remaining_ratio", direction=d),
+            "bucket_bytes": _val(samples, "burstwatch_credit_bucket_bytes", direction=d),
+            "bucket_source": binfo.labels.get("source") if binfo else None,
+            "exhaustion_seconds": _val(samples, "burstwatch_credit_exhaustion_seconds", direction=d),
+            "refill_seconds": _val(samples, "burstwatch_credit_refill_seconds", direction=d),
+            "exhausted": _val(samples, "burstwatch_credit_exhausted", direction=d) == 1.0,
+            "shaping_packets_total": sum(s.value for s in _find(samples, "burstwatch_shaping_packets_total",
+                                                                direction=d)),
+        }
+    checks = [s for s in _find(samples, "burstwatch_check_status") if s.value == 1.0]
+    doc["checks"] = [{"check": s.labels.get("check"), "interface": s.labels.get("interface"),
+                      "status": s.labels.get("status")} for s in checks]
+    doc["probes"] = [{"peer": s.labels.get("peer"), "direction": s.labels.get("direction"),
+                      "bytes_per_second": s.value}
+                     for s in _find(samples, "burstwatch_probe_throughput_bytes_per_second")]
+    return doc
+
+
+def json_safe(doc: Any) -> Any:
+    """JSON has no Infinity/NaN: a forecast of "never" becomes null (documented in docs/operations.md)."""
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return None
+    if isinstance(doc, dict):
+        return {k: json_safe(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [json_safe(v) for v in doc]
+    return doc
+
+
+def _gbit(bps: Optional[float]) -> str:
+    return "?" if bps is None else f"{bps * 8 / 1e9:.3g} Gbit/s"
+
+
+def _duration(seconds: Optional[float]) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "?"
+    if math.isinf(seconds):
+        return "never"
+    s = int(seconds)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{seconds:.1f}s"
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    lines = []
+    inst = doc.get("instance") or {}
+    if inst.get("on_ec2") == "true" or inst.get("instance_id"):
+        lines.append(f"burstwatch {doc.get('version')}  {inst.get('instance_id', '?')}  "
+                     f"{inst.get('instance_type', '?')}  {inst.get('availability_zone', '')}")
+    else:
+        lines.append(f"burstwatch {doc.get('version')}  off EC2  type {inst.get('instance_type') or '?'} "
+                     "(profile from config)")
+    state = (doc.get("credit_model") or {}).get("state", "unknown_profile")
+    for d, v in doc["directions"].items():
+        rate = f"rate {_gbit(v['rate_bytes_per_second'])} (baseline {_gbit(v['baseline_bytes_per_second'])}," \
+               f" peak {_gbit(v['peak_bytes_per_second'])})"
+        ratio = v["remaining_ratio"]
+        if ratio is None:
+            what = "never exhausts (baseline = peak)" if state == "never_exhausts" else "no profile: no estimate"
+            lines.append(f"  {d:<3} {what}  {rate}")
+            continue
+        filled = int(round(max(0.0, min(1.0, ratio)) * BAR))
+        bar = "[" + "#" * filled + "." * (BAR - filled) + "]"
+        if v["exhausted"]:
+            when = "EMPTY: shaped to the baseline"
+        elif v["exhaustion_seconds"] is not None and not math.isinf(v["exhaustion_seconds"]):
+            when = f"empty in {_duration(v['exhaustion_seconds'])}"
+        elif ratio >= 0.999:
+            when = "full"
+        else:
+            when = f"full in {_duration(v['refill_seconds'])}"
+        bucket = (v["bucket_bytes"] or 0) * 8 / 1e9
+        lines.append(f"  {d:<3} {bar} {ratio * 100:5.1f}% of {bucket:.4g} Gbit ({v['bucket_source']})  {when}")
+        lines.append(f"      {rate}  shaped packets {int(v['shaping_packets_total'])}")
+    if doc["checks"]:
+        counts: dict[str, int] = {}
+        for c in doc["checks"]:
+            counts[c["status"]] = counts.get(c["status"], 0) + 1
+        lines.append("  checks: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+                     + "  (`burstwatch check` for details)")
+        for c in doc["checks"]:
+            if c["status"] in ("fail", "warn"):
+                lines.append(f"    {c['status']:<4} {c['check']} {c['interface'] or ''}")
+    for p in doc["probes"]:
+        lines.append(f"  probe {p['peer']} {p['direction']}: {_gbit(p['bytes_per_second'])}")
+    return "\n".join(lines)

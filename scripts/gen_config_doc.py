@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Regenerate the key table in docs/configuration.md from agent/config.py (`--check` fails on drift)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agent.config import describe_keys  # noqa: E402
+
+DOC = ROOT / "docs" / "configuration.md"
+BEGIN, END = "<!-- keys:begin (scripts/gen_config_doc.py) -->", "<!-- keys:end -->"
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, (list, dict)) and not value:
+        return "`[]`" if isinstance(value, list) else "`{}`"
+    return f"`{value}`"
+
+
+def table() -> str:
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for key, typ, default, doc in describe_keys():
+        rows.append(f"| `{key}` | {typ} | {_fmt(default)} | {doc} |")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    text = DOC.read_text()
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    new = f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+    if "--check" in sys.argv:
+        if new != text:
+            print("docs/configuration.md is out of date: run scripts/gen_config_doc.py", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
