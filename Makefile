@@ -49,7 +49,7 @@ test: lint
 	$(VPY) -m pytest -q tests
 
 bench: test-deps
-	$(VPY) -m tests.bench
+	$(VPY) -m tests.bench $(BENCH)
 
 clean:
 	rm -rf $(VENV) $(MOTO) dist build *.egg-info .state

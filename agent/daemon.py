@@ -117,7 +117,7 @@ class Daemon:
     def _discover(self) -> list[str]:
         from agent.readers.routes import default_route_interfaces
 
-        return default_route_interfaces()
+        return default_route_interfaces(self.paths.procfs)
 
     # -- the loop --------------------------------------------------------------------------------
     def setup(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from agent import config as configmod
 from agent.models.catalogue import TypeEntry, catalogue_source, load_catalogue
@@ -60,12 +60,6 @@ class InstanceInfo:
     def type_entry(self) -> Optional[TypeEntry]:
         """The type's facts from the best source (API over the bundled catalogue)."""
         return self.api_entry if self.api_entry is not None else self.catalogue_entry
-
-
-def default_api_factory(region: str) -> Any:
-    from agent.readers.aws import client
-
-    return client("ec2", region)
 
 
 def _read_imds(client: ImdsClient, sources: dict[str, str]) -> tuple[Optional[Identity], list[Eni]]:
@@ -166,7 +160,7 @@ def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
     region = identity.region if identity else None
     if instance_type and region:
         res = ec2api.lookup_instance_type(instance_type, region, cfg.state_dir,
-                                          api_factory or default_api_factory)
+                                          api_factory or ec2api.client_factory())
         api_entry = res.entry
         sources["api"], sources["api_detail"] = res.status, res.detail
         if res.entry is None:

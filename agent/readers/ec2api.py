@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
 from agent.models.catalogue import TypeEntry, entry_from_describe
+from agent.readers import aws
 from agent.state import JsonStore
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,11 @@ DENIED_CODES = frozenset({"UnauthorizedOperation", "AccessDenied", "AccessDenied
                           "ExpiredToken", "RequestExpired"})
 
 ClientFactory = Callable[[str], Any]   # region -> boto3 EC2 client
+# One call at start-up, on the start-up path: two attempts with short timeouts bound a blocked endpoint
+# (private subnet without NAT or VPC endpoint) to a few seconds; the cache makes it once a week.
+API_ATTEMPTS = 2
+API_CONNECT_TIMEOUT = 2.0
+API_READ_TIMEOUT = 5.0
 
 
 class ApiLookup(NamedTuple):
@@ -33,6 +39,15 @@ class ApiLookup(NamedTuple):
     entry: Optional[TypeEntry]
     status: str
     detail: str
+
+
+def client_factory(endpoint_url: Optional[str] = None) -> ClientFactory:
+    """region -> EC2 client through readers.aws (botocore standard retry mode), for the lookup below."""
+    def make(region: str) -> Any:
+        return aws.client("ec2", region, endpoint_url, max_attempts=API_ATTEMPTS,
+                          connect_timeout=API_CONNECT_TIMEOUT, read_timeout=API_READ_TIMEOUT)
+
+    return make
 
 
 # -- raw read and pure parse -------------------------------------------------------------------------

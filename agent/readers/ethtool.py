@@ -47,8 +47,12 @@ HEADROOM = 4096
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class NoSuchInterface(Exception):
+class NoSuchInterface(OSError):
     """The interface does not exist (ENODEV): monitored but gone, or a typo in the config."""
+
+    def __init__(self, ifname: str) -> None:
+        super().__init__(errno.ENODEV, f"interface={ifname}: no such device")
+        self.ifname = ifname
 
 
 class DriverInfo(NamedTuple):

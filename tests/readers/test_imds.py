@@ -227,7 +227,8 @@ def test_read_identity_and_enis_from_the_server() -> None:
 # -- pure parsers on captured text ------------------------------------------------------------------
 
 def test_parse_listing() -> None:
-    assert parse_listing("0a:1b:2c:3d:4e:01/\n0a:1b:2c:3d:4e:02/\n") == ["0a:1b:2c:3d:4e:01", "0a:1b:2c:3d:4e:02"]
+    macs = "0a:1b:2c:3d:4e:01/\n0a:1b:2c:3d:4e:02/\n"
+    assert parse_listing(macs) == ["0a:1b:2c:3d:4e:01", "0a:1b:2c:3d:4e:02"]
     assert parse_listing("") == []
     assert parse_listing("10.0.1.23\n10.0.1.24") == ["10.0.1.23", "10.0.1.24"]
 

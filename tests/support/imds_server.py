@@ -223,7 +223,7 @@ class ImdsServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.0"   # IMDS closes after each answer; so do we
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+            def log_message(self, format: str, *args: object) -> None:
                 pass
 
             def _serve(self) -> None:

@@ -130,6 +130,13 @@ class Stream:
                                        name=f"iperf3-{self.label}{'tx' if self.sender else 'rx'}{self.id}")
         self.thread.start()
 
+    def stop_counting(self) -> None:
+        """The test is over for the books: a receiver keeps draining (so a blocking peer is never
+        stuck) but counts nothing more."""
+        if not self.stopped_at:
+            self.stopped_at = time.monotonic()
+        self.counting = False
+
     def stop(self) -> None:
         """Ask the worker to stop after its current call; receivers stop counting at once."""
         if not self.stopped_at:
@@ -220,10 +227,9 @@ class Stream:
         flags = getattr(socket, "MSG_TRUNC", 0)
         buf = _DISCARD if flags else bytearray(TCP_CHUNK)
         sock.settimeout(POLL)
-        while True:
-            if stop.is_set() and not self.counting:
-                return
-            want = budget.take(TCP_CHUNK) if self.counting else TCP_CHUNK
+        while not stop.is_set():
+            counting = self.counting
+            want = budget.take(TCP_CHUNK) if counting else TCP_CHUNK
             if want == 0:
                 # Cap reached: stop reading, so TCP flow control holds the sender back.
                 stop.wait(POLL)
@@ -231,21 +237,21 @@ class Stream:
             try:
                 got = sock.recv_into(buf, want, flags)
             except socket.timeout:
-                if self.counting:
+                if counting:
                     budget.give_back(want)
                 continue
             except OSError as exc:
-                if self.counting:
+                if counting:
                     budget.give_back(want)
                 if exc.errno == errno.EINVAL and flags:
                     flags, buf = 0, bytearray(TCP_CHUNK)  # not Linux: copy after all
                     continue
                 if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
                     continue
-                if exc.errno in (errno.ECONNRESET, errno.EPIPE) and stop.is_set():
-                    return
+                if exc.errno in (errno.ECONNRESET, errno.EPIPE) and not counting:
+                    return  # the peer closed after the end: nothing left to count
                 raise
-            if self.counting:
+            if counting:
                 budget.give_back(want - got)
                 self.bytes += got
             if got == 0:
@@ -276,8 +282,9 @@ class Stream:
             if budget.take(size) < size:
                 stop.wait(POLL)
                 continue
-            wall = time.time()
-            struct.pack_into(header, buf, 0, int(wall), int((wall % 1) * 1e6), self.packets + 1)
+            # iperf3 stamps datagrams with its monotonic clock (iperf_time.c); only differences matter.
+            t = time.monotonic()
+            struct.pack_into(header, buf, 0, int(t) & 0xFFFFFFFF, int((t % 1) * 1e6), self.packets + 1)
             try:
                 sent = sock.send(buf)
             except socket.timeout:
@@ -308,7 +315,7 @@ class Stream:
                 raise
             if not self.counting or got < hsize:
                 continue
-            arrival = time.time()
+            arrival = time.monotonic()
             sec, usec, seq = struct.unpack_from(header, buf, 0)
             self.bytes += got
             self.account(seq, arrival - (sec + usec / 1e6))
@@ -331,3 +338,25 @@ class Stream:
         d = abs(transit - self._prev_transit)
         self._prev_transit = transit
         self.jitter += (d - self.jitter) / 16.0
+
+
+class CpuMeter:
+    """This process's CPU use since creation, as iperf_util.c cpu_util computes it: user and system time
+    from getrusage over wall-clock time, in percent of one CPU (so above 100 with several busy threads)."""
+
+    def __init__(self) -> None:
+        import resource
+
+        self._resource = resource
+        self.t0 = time.monotonic()
+        self.r0 = resource.getrusage(resource.RUSAGE_SELF)
+
+    def read(self) -> tuple[float, float, float]:
+        """(total, user, system) percent."""
+        r1 = self._resource.getrusage(self._resource.RUSAGE_SELF)
+        wall = time.monotonic() - self.t0
+        if wall <= 0:
+            return 0.0, 0.0, 0.0
+        user = (r1.ru_utime - self.r0.ru_utime) / wall * 100.0
+        system = (r1.ru_stime - self.r0.ru_stime) / wall * 100.0
+        return user + system, user, system

@@ -1,0 +1,8 @@
+"""The iperf3-compatible probe engine: client (`run_probe`), responder (server.Responder) and JSON report."""
+
+from __future__ import annotations
+
+from agent.probes.iperf3.client import ProbeError, ProbeRequest, run_probe
+from agent.probes.iperf3.report import ProbeSummary, summarize
+
+__all__ = ["ProbeError", "ProbeRequest", "ProbeSummary", "run_probe", "summarize"]

@@ -1,0 +1,357 @@
+"""An iperf3-compatible client: one probe against `iperf3 -s` or a burstwatch responder."""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from agent.probes.iperf3 import protocol as p
+from agent.probes.iperf3.report import Cpu, StartInfo, StreamRecord, build_document
+from agent.probes.iperf3.streams import ByteBudget, CpuMeter, Stream, StreamSettings
+from agent.probes.iperf3.tcpinfo import congestion_control
+
+log = logging.getLogger(__name__)
+
+# Seconds to wait for the server's results after TEST_END: iperf3 servers answer at once, but a loaded
+# one may first have to drain its sockets.
+RESULTS_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """One probe. `bitrate` is bits per second *per stream* as iperf3's -b (None: unlimited for TCP,
+    iperf3's 1 Mbit/s for UDP); `duration` and `interval` are seconds."""
+
+    host: str
+    port: int = p.DEFAULT_PORT
+    streams: int = 4
+    duration: float = 5.0
+    reverse: bool = False
+    udp: bool = False
+    bitrate: Optional[int] = None
+    connect_timeout: float = 5.0
+    interval: float = 1.0
+
+
+class ProbeError(Exception):
+    """A probe that did not complete; str() names the peer ("peer 10.0.1.23:5201: ..."). `kind` is one of
+    resolve, connect, busy, refused, server_error, protocol, timeout, stream, invalid."""
+
+    def __init__(self, peer: str, message: str, kind: str = "protocol") -> None:
+        super().__init__(f"peer {peer}: {message}")
+        self.peer = peer
+        self.kind = kind
+        self.reason = message
+
+
+def format_peer(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def validate(req: ProbeRequest) -> Optional[str]:
+    """What is wrong with a request (None when it is fine)."""
+    if not req.host:
+        return "no host"
+    if not 0 < req.port < 65536:
+        return f"port {req.port} is not 1..65535"
+    if not 1 <= req.streams <= p.MAX_STREAMS:
+        return f"streams {req.streams} is not 1..{p.MAX_STREAMS}"
+    if not 0 < req.duration <= 86400:
+        return f"duration {req.duration:g}s is not in (0, 86400]"
+    if not 0.1 <= req.interval <= 60:
+        return f"interval {req.interval:g}s is not 0.1..60"
+    if req.bitrate is not None and req.bitrate < 0:
+        return f"bitrate {req.bitrate} is negative"
+    if req.connect_timeout <= 0:
+        return "connect_timeout must be positive"
+    return None
+
+
+def run_probe(req: ProbeRequest) -> dict[str, Any]:
+    """Run one test and return iperf3's --json document; raises ProbeError (never anything else for
+    network or peer trouble)."""
+    problem = validate(req)
+    peer = format_peer(req.host, req.port)
+    if problem:
+        raise ProbeError(peer, problem, "invalid")
+    return _ClientTest(req, peer).run()
+
+
+def _read_reason(ctrl: p.Control) -> Optional[str]:
+    """A burstwatch responder's optional explanation after a refusal (iperf3 servers send none)."""
+    try:
+        msg = ctrl.recv_message(timeout=1.0, limit=p.MAX_REASON_MESSAGE)
+    except (p.ProtocolError, struct.error):
+        return None
+    reason = msg.get(p.REASON_KEY)
+    return str(reason)[:500] if reason else None
+
+
+class _ClientTest:
+    def __init__(self, req: ProbeRequest, peer: str) -> None:
+        self.req = req
+        self.peer = peer
+        self.ctrl: Optional[p.Control] = None
+        self.streams: list[Stream] = []
+        self.records: list[StreamRecord] = []
+        self.cookie = p.make_cookie()
+        self.server_addr: Any = None
+        self.family = socket.AF_INET
+
+    def fail(self, message: str, kind: str = "protocol") -> ProbeError:
+        return ProbeError(self.peer, message, kind)
+
+    # -- the control conversation ---------------------------------------------------------------------
+    def expect(self, wanted: tuple[int, ...], timeout: float, what: str) -> int:
+        assert self.ctrl is not None
+        try:
+            state = self.ctrl.recv_state(timeout)
+        except p.PeerClosed:
+            raise self.fail(f"the server closed the control connection while we waited for {what}") from None
+        except p.Timeout:
+            raise self.fail(f"no {what} from the server within {timeout:g}s", "timeout") from None
+        except p.ProtocolError as exc:
+            raise self.fail(str(exc)) from None
+        if state == p.ACCESS_DENIED:
+            reason = _read_reason(self.ctrl)
+            if reason:
+                raise self.fail(f"access denied: {reason}", "refused")
+            raise self.fail("the server is busy running a test (or refused us: access denied)", "busy")
+        if state == p.SERVER_ERROR:
+            try:
+                code, err = struct.unpack("!ii", self.ctrl.recv_exact(8, 2.0))
+            except p.ProtocolError:
+                code, err = 0, 0
+            reason = _read_reason(self.ctrl)
+            text = p.describe_error(code, err) if code else "server error"
+            raise self.fail(f"server error: {reason or text}", "refused" if reason else "server_error")
+        if state == p.SERVER_TERMINATE:
+            raise self.fail("the server has terminated the test", "server_error")
+        if state not in wanted:
+            raise self.fail(f"unexpected control state {p.STATE_NAMES.get(state, state)} while waiting for {what}")
+        return state
+
+    def params(self, mss: Optional[int]) -> p.TestParams:
+        req = self.req
+        if req.udp:
+            blksize = min(mss or p.DEFAULT_UDP_BLKSIZE, p.MAX_UDP_BLKSIZE)
+            rate = p.DEFAULT_UDP_RATE if req.bitrate is None else req.bitrate
+        else:
+            blksize, rate = p.DEFAULT_TCP_BLKSIZE, req.bitrate or 0
+        # iperf3 sends whole seconds; the server only uses them for its own safety timer, and we end the
+        # test ourselves at exactly `duration`.
+        return p.TestParams(protocol="udp" if req.udp else "tcp", duration=max(1, math.ceil(req.duration)),
+                            num_streams=req.streams, reverse=req.reverse, blksize=blksize, bandwidth=rate)
+
+    def connect_control(self) -> None:
+        req = self.req
+        try:
+            infos = socket.getaddrinfo(req.host, req.port, 0, socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise self.fail(f"cannot resolve host: {exc.strerror}", "resolve") from None
+        last: Optional[OSError] = None
+        for family, stype, proto, _, addr in infos:
+            sock = socket.socket(family, stype, proto)
+            sock.settimeout(req.connect_timeout)
+            try:
+                sock.connect(addr)
+            except OSError as exc:
+                sock.close()
+                last = exc
+                continue
+            self.family, self.server_addr = family, sock.getpeername()
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.ctrl = p.Control(sock, self.peer)
+            return
+        detail = "timed out" if isinstance(last, socket.timeout) else (last.strerror if last else "no address")
+        raise self.fail(f"cannot connect: {detail}", "connect")
+
+    def connect_stream(self, sid: int, sender: bool, settings: StreamSettings, budget: ByteBudget) -> Stream:
+        req = self.req
+        try:
+            if req.udp:
+                sock = socket.socket(self.family, socket.SOCK_DGRAM)
+                sock.settimeout(req.connect_timeout)
+                sock.connect(self.server_addr)
+                sock.send(p.UDP_CONNECT_MSG)
+                sock.recv(64)  # the server's UDP_CONNECT_REPLY (any content: older servers differ)
+            else:
+                sock = socket.socket(self.family, socket.SOCK_STREAM)
+                sock.settimeout(req.connect_timeout)
+                sock.connect(self.server_addr)
+                sock.sendall(self.cookie)
+        except socket.timeout:
+            raise self.fail(f"stream {sid}: no answer from the server within {req.connect_timeout:g}s",
+                            "timeout") from None
+        except OSError as exc:
+            raise self.fail(f"stream {sid}: cannot connect: {exc.strerror or exc}", "stream") from None
+        return Stream(sid, sock, sender=sender, udp=req.udp, settings=settings, budget=budget, label="c")
+
+    def check_control(self) -> None:
+        """During the test the server speaks only to abort; read what it says and raise."""
+        assert self.ctrl is not None
+        if self.ctrl.readable(0):
+            self.expect((), 1.0, "nothing during the test")
+
+    def check_streams(self) -> None:
+        for s in self.streams:
+            if s.error:
+                raise self.fail(f"stream {s.id}: {s.error}", "stream")
+            if s.eof and s.counting:
+                raise self.fail(f"stream {s.id}: the server closed the data connection during the test",
+                                "stream")
+
+    # -- the test ---------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        try:
+            return self._run()
+        except ProbeError:
+            self.abort()
+            raise
+        except Exception:
+            self.abort()
+            raise
+        finally:
+            self.cleanup()
+
+    def _run(self) -> dict[str, Any]:
+        req = self.req
+        setup = max(req.connect_timeout, 1.0)
+        self.connect_control()
+        assert self.ctrl is not None
+        ctrl = self.ctrl
+        started_wall = time.time()
+        try:
+            ctrl.send(self.cookie, setup)
+            self.expect((p.PARAM_EXCHANGE,), setup, "PARAM_EXCHANGE")
+            try:
+                mss: Optional[int] = ctrl.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
+            except OSError:
+                mss = None
+            params = self.params(mss)
+            ctrl.send_message(params.to_json(), setup)
+            self.expect((p.CREATE_STREAMS,), setup, "CREATE_STREAMS")
+        except p.ProtocolError as exc:
+            raise self.fail(str(exc)) from None
+
+        local_sender = not req.reverse
+        settings = StreamSettings(rate=params.bandwidth, blksize=params.blksize)
+        budget = ByteBudget(None)
+        for sid in p.stream_ids(req.streams):
+            self.streams.append(self.connect_stream(sid, local_sender, settings, budget))
+
+        self.expect((p.TEST_START,), setup, "TEST_START")
+        self.expect((p.TEST_RUNNING,), setup, "TEST_RUNNING")
+        cpu = CpuMeter()
+        t0 = time.monotonic()
+        for s in self.streams:
+            self.records.append(StreamRecord(s.id, s.fd, local_sender, _hostport(s.local), _hostport(s.remote)))
+        for s, rec in zip(self.streams, self.records):
+            rec.samples.append(s.sample(t0))
+            s.start(t0)
+        t_stop = t0 + req.duration
+        boundary = t0 + req.interval
+        while True:
+            now = time.monotonic()
+            wake = min(boundary, t_stop)
+            if now < wake:
+                assert self.ctrl is not None
+                if self.ctrl.readable(min(wake - now, 0.1)):
+                    self.check_control()
+                self.check_streams()
+                continue
+            if wake >= t_stop:
+                break
+            for s, rec in zip(self.streams, self.records):
+                rec.samples.append(s.sample(now))
+            boundary += req.interval
+
+        # The end: senders finish their current write, receivers stop counting (and keep draining).
+        for s in self.streams:
+            if s.sender:
+                s.stop()
+            else:
+                s.stop_counting()
+        for s in self.streams:
+            if s.sender:
+                s.join(5.0)
+        t_end = time.monotonic()
+        for s, rec in zip(self.streams, self.records):
+            rec.samples.append(s.sample(t_end))
+        cpu_now = Cpu(*cpu.read())
+        congestion = congestion_control(self.streams[0].sock) if not req.udp and self.streams else None
+        has_retrans = -1
+        if local_sender:
+            has_retrans = 1 if not req.udp and all(r.samples[-1].info is not None for r in self.records) else 0
+        duration = t_end - t0
+        mine = p.Results(cpu_total=cpu_now.total, cpu_user=cpu_now.user, cpu_system=cpu_now.system,
+                         sender_has_retransmits=has_retrans, congestion_used=congestion,
+                         streams=tuple(self._my_result(s, rec, duration) for s, rec in zip(self.streams,
+                                                                                           self.records)))
+        try:
+            ctrl.send_state(p.TEST_END, setup)
+            self.expect((p.EXCHANGE_RESULTS,), RESULTS_TIMEOUT, "EXCHANGE_RESULTS")
+            ctrl.send_message(mine.to_json(), setup)
+            theirs = p.parse_results(ctrl.recv_message(RESULTS_TIMEOUT, p.MAX_RESULTS_MESSAGE))
+            self.expect((p.DISPLAY_RESULTS,), RESULTS_TIMEOUT, "DISPLAY_RESULTS")
+            for s in self.streams:
+                s.close()
+            ctrl.send_state(p.IPERF_DONE, setup)
+        except p.ProtocolError as exc:
+            raise self.fail(str(exc)) from None
+        unknown = {r.id for r in theirs.streams} - {s.id for s in self.streams}
+        if unknown:
+            raise self.fail(f"results name streams we do not have: {sorted(unknown)}")
+
+        first = self.streams[0].sock if self.streams else ctrl.sock
+        start = StartInfo(
+            host=req.host, port=req.port, cookie=p.cookie_text(self.cookie), protocol="UDP" if req.udp else "TCP",
+            num_streams=req.streams, blksize=params.blksize, duration=req.duration, reverse=req.reverse,
+            target_bitrate=params.bandwidth, timestamp=started_wall, tcp_mss_default=mss,
+            sndbuf_actual=_sockopt(first, socket.SO_SNDBUF), rcvbuf_actual=_sockopt(first, socket.SO_RCVBUF))
+        return build_document(start, self.records, t0, t_end, req.interval, theirs, cpu_now, congestion, req.udp)
+
+    @staticmethod
+    def _my_result(s: Stream, rec: StreamRecord, duration: float) -> p.StreamResult:
+        last, first = rec.samples[-1], rec.samples[0]
+        retrans = -1
+        if s.sender and last.info is not None:
+            retrans = max(0, last.info.total_retrans - (first.info.total_retrans if first.info else 0))
+        return p.StreamResult(id=s.id, bytes=last.bytes, retransmits=retrans, jitter=last.jitter,
+                              errors=last.errors, packets=last.packets, start_time=0.0, end_time=duration)
+
+    def abort(self) -> None:
+        """Tell the server we are giving up (iperf3's CLIENT_TERMINATE), best effort."""
+        if self.ctrl is not None:
+            try:
+                self.ctrl.send_state(p.CLIENT_TERMINATE, 1.0)
+            except (p.ProtocolError, OSError):
+                pass
+
+    def cleanup(self) -> None:
+        for s in self.streams:
+            s.close()
+        if self.ctrl is not None:
+            try:
+                self.ctrl.sock.close()
+            except OSError:
+                pass
+
+
+def _hostport(addr: Any) -> tuple[str, int]:
+    host, port = str(addr[0]), int(addr[1])
+    if host.startswith("::ffff:"):
+        host = host[7:]
+    return host, port
+
+
+def _sockopt(sock: socket.socket, opt: int) -> int:
+    try:
+        return int(sock.getsockopt(socket.SOL_SOCKET, opt))
+    except OSError:
+        return 0

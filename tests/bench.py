@@ -1,0 +1,163 @@
+"""`make bench`: figures as ratios against peers measured in the same run (never asserted as timings).
+
+1. Overhead: burstwatch (1 s sampling, CloudWatch off) beside Debian's prometheus-node-exporter (netdev and
+   ethtool collectors only), both scraped once a second for 60 s: CPU seconds and peak RSS, and the ratios.
+   Targets: CPU ratio <= 1.0, RSS ratio <= 2.0.
+2. Credits: the lab's figures against issue 4's targets (tests/support/credit_scenarios.py).
+3. Probes: burstwatch's engine against iperf3 on loopback and on a shaped link (tests/bench_probes.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS: dict[str, float] = {}
+
+
+def report(name: str, value: float) -> None:
+    RESULTS[name] = value
+    print(f"  {name:<48} {value:12.4f}", flush=True)
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+
+def _peak_rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _wait(url: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(url)
+
+
+def overhead(seconds: float = 60.0) -> None:
+    print("overhead: burstwatch vs prometheus-node-exporter (netdev + ethtool), scraped every 1 s", flush=True)
+    exporter = shutil.which("prometheus-node-exporter")
+    if exporter is None:
+        raise SystemExit("prometheus-node-exporter is missing: `make test-deps` installs it")
+    tmp = Path(tempfile.mkdtemp(prefix="bw-bench-"))
+    cfg = tmp / "burstwatch.toml"
+    cfg.write_text(f"""
+sample_interval = 1.0
+state_dir = "{tmp / 'state'}"
+[metrics]
+listen = "127.0.0.1:19786"
+[imds]
+timeout = 0.2
+retries = 0
+[responder]
+listen = "127.0.0.1:15201"
+allow = ["127.0.0.0/8"]
+[cloudwatch]
+enabled = false
+""")
+    bw = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(cfg)], cwd=ROOT,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ne = subprocess.Popen([exporter, "--collector.disable-defaults", "--collector.netdev", "--collector.ethtool",
+                           "--web.listen-address=127.0.0.1:19100"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        urls = {"burstwatch": "http://127.0.0.1:19786/metrics", "node_exporter": "http://127.0.0.1:19100/metrics"}
+        for u in urls.values():
+            _wait(u)
+        time.sleep(2.0)  # past start-up
+        cpu0 = {"burstwatch": _cpu_seconds(bw.pid), "node_exporter": _cpu_seconds(ne.pid)}
+        series = {}
+        end = time.monotonic() + seconds
+        tick = time.monotonic()
+        while time.monotonic() < end:
+            for name, u in urls.items():
+                body = urllib.request.urlopen(u, timeout=5).read()
+                series[name] = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+            tick += 1.0
+            time.sleep(max(0.0, tick - time.monotonic()))
+        cpu = {"burstwatch": _cpu_seconds(bw.pid) - cpu0["burstwatch"],
+               "node_exporter": _cpu_seconds(ne.pid) - cpu0["node_exporter"]}
+        rss = {"burstwatch": _peak_rss_bytes(bw.pid), "node_exporter": _peak_rss_bytes(ne.pid)}
+    finally:
+        for p in (bw, ne):
+            p.terminate()
+            p.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+    report("burstwatch cpu seconds / 60 s", cpu["burstwatch"])
+    report("node_exporter cpu seconds / 60 s", cpu["node_exporter"])
+    report("burstwatch peak rss MiB", rss["burstwatch"] / 2**20)
+    report("node_exporter peak rss MiB", rss["node_exporter"] / 2**20)
+    report("burstwatch series per scrape", series["burstwatch"])
+    report("node_exporter series per scrape", series["node_exporter"])
+    report("cpu ratio burstwatch/node_exporter (target <= 1.0)", cpu["burstwatch"] / max(cpu["node_exporter"], 1e-9))
+    report("rss ratio burstwatch/node_exporter (target <= 2.0)", rss["burstwatch"] / max(rss["node_exporter"], 1))
+
+
+def credits() -> None:
+    from tests.support import credit_scenarios as cs
+
+    print("credits: the lab (tbf 100 Mbit/s baseline, 300 Mbit/s peak, 1200 Mbit bucket)", flush=True)
+    for direction in ("out", "in"):
+        fig = cs.forecast_idle_restart(direction, with_prometheus=(direction == "out"))
+        report(f"{direction}: drain seconds (shaper)", fig["drain_seconds"])
+        report(f"{direction}: forecast error s (tolerance {fig['forecast_tolerance_seconds']:.2f})",
+               fig["forecast_error_seconds"])
+        report(f"{direction}: after-idle error / bucket (target 0.10)", fig["idle_error_ratio"])
+        report(f"{direction}: restart error / bucket (target 0.05)", fig["restart_error_ratio"])
+        if "alert_lead_seconds" in fig:
+            report(f"{direction}: alert fired seconds before clamp (> 0)", fig["alert_lead_seconds"])
+    fig = cs.learn_bucket("out")
+    report("learn: learned bucket / true bucket (target 0.8..1.2)", fig["learned_bucket_ratio"])
+    report(f"learn: next forecast error s (tolerance {fig['forecast_tolerance_seconds']:.2f})",
+           fig["forecast_error_seconds"])
+
+
+def probes() -> None:
+    try:
+        from tests import bench_probes
+    except ImportError:
+        print("probes: tests/bench_probes.py is not there yet", flush=True)
+        return
+    print("probes: burstwatch engine vs iperf3", flush=True)
+    bench_probes.bench(report)
+
+
+PARTS: dict[str, Callable[[], None]] = {"overhead": overhead, "credits": credits, "probes": probes}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("parts", nargs="*", choices=[*PARTS, []], help="which parts (default: all)")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = ap.parse_args()
+    for name in args.parts or PARTS:
+        PARTS[name]()
+    if args.json:
+        Path(args.json).write_text(json.dumps(RESULTS, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The bundled catalogue against DescribeInstanceTypes from moto in server mode, and its codec."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+
+from agent.models.catalogue import (
+    DEFAULT_PATH,
+    NetworkCard,
+    TypeEntry,
+    catalogue_source,
+    decode_catalogue,
+    encode_catalogue,
+    entry_from_describe,
+    load_catalogue,
+)
+from agent.readers import ec2api
+from tests.conftest import ROOT
+
+# Burstable (t3), "up to" sizes (m5.large, c5.4xlarge), a flat 100 Gbit/s type (c6gn.16xlarge, ENA
+# Express), and multi-card types (p4d.24xlarge: 4 cards, c6in.32xlarge: 2).
+SAMPLE = ["t3.micro", "t3.2xlarge", "m5.large", "c5.4xlarge", "r4.large", "c6gn.16xlarge", "p4d.24xlarge",
+          "c6in.32xlarge"]
+
+
+def _describe(moto: str, types: list[str] | None = None) -> dict[str, TypeEntry]:
+    """DescribeInstanceTypes from moto over HTTP (all types when None: moto answers in one page), parsed
+    from the raw XML the way readers/ec2api.py does."""
+    client = ec2api.client_factory(moto)("us-east-1")
+    captured: list[bytes] = []
+    client.meta.events.register("after-call.ec2.DescribeInstanceTypes",
+                                lambda http_response, **_: captured.append(http_response.content))
+    resp = client.describe_instance_types(**({"InstanceTypes": types} if types else {}))
+    assert "NextToken" not in resp
+    infos = ec2api.parse_describe_instance_types(captured[-1].decode())
+    return {i["InstanceType"]: entry_from_describe(i) for i in infos}
+
+
+def test_sample_matches_describe_instance_types(moto: str) -> None:
+    api = _describe(moto, SAMPLE)
+    cat = load_catalogue()
+    assert sorted(api) == sorted(SAMPLE)
+    for name in SAMPLE:
+        assert cat[name] == api[name], name
+
+
+def test_whole_catalogue_matches_describe_instance_types(moto: str) -> None:
+    api = _describe(moto)
+    assert load_catalogue() == api
+
+
+def test_fields_botocore_parses_itself_agree(moto: str) -> None:
+    """Independent of our XML parser: the members every botocore models (vCPUs, ENA, cards)."""
+    c = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto)
+    cat = load_catalogue()
+    for info in c.describe_instance_types(InstanceTypes=SAMPLE)["InstanceTypes"]:
+        e = cat[info["InstanceType"]]
+        net = info["NetworkInfo"]
+        assert e.vcpus == info["VCpuInfo"]["DefaultVCpus"]
+        assert e.network_performance == net["NetworkPerformance"]
+        assert e.ena_support == net["EnaSupport"]
+        assert e.maximum_network_cards == net["MaximumNetworkCards"] == len(e.cards)
+        assert [c.index for c in e.cards] == [card["NetworkCardIndex"] for card in net["NetworkCards"]]
+
+
+@pytest.mark.parametrize(("name", "baseline", "peak"), [
+    # AWS's published DescribeInstanceTypes figures, as ec2-network-facts.md quotes them
+    ("m5.large", 0.75, 10.0),
+    ("c5.4xlarge", 5.0, 10.0),
+    ("t3.micro", 0.064, 5.0),
+    ("c6gn.16xlarge", 100.0, 100.0),
+    ("r4.large", 0.75, 10.0),      # seed 000 measured ~0.75 Gbit/s after the burst
+])
+def test_published_figures(name: str, baseline: float, peak: float) -> None:
+    e = load_catalogue()[name]
+    assert (e.baseline_gbps, e.peak_gbps) == (baseline, peak)
+
+
+def test_multi_card_types_keep_every_card() -> None:
+    cat = load_catalogue()
+    p4d = cat["p4d.24xlarge"]
+    assert p4d.maximum_network_cards == 4 and [c.index for c in p4d.cards] == [0, 1, 2, 3]
+    assert all((c.baseline_gbps, c.peak_gbps) == (100.0, 100.0) for c in p4d.cards)
+    assert len(cat["c6in.32xlarge"].cards) == 2
+    assert cat["c6gn.16xlarge"].ena_srd_supported is True      # moto writes "True"; parsed case-blind
+
+
+def test_moto_data_lacks_queue_counts() -> None:
+    """moto 5.0.22's data has no DefaultEnaQueueCountPerInterface: the catalogue says "unknown"."""
+    assert all(e.default_ena_queues is None for e in load_catalogue().values())
+
+
+def test_codec_round_trip_and_errors(tmp_path: Path) -> None:
+    e = TypeEntry("x9.large", 2, "Up to 12.5 Gigabit", "required", True, 2, 0,
+                  (NetworkCard(0, 0.781, 12.5, 2), NetworkCard(1, 0.781, 12.5, None)))
+    source, got = decode_catalogue(encode_catalogue({"x9.large": e}, "test"))
+    assert (source, got) == ("test", {"x9.large": e})
+    with pytest.raises(ValueError):
+        decode_catalogue('{"format": "something-else"}')
+    with pytest.raises(ValueError):
+        encode_catalogue({"x": TypeEntry("x", 1, None, None, None, 1, 0, (NetworkCard(1, 1.0, 1.0),))}, "t")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(ValueError):
+        load_catalogue(str(bad))
+
+
+def test_loaded_once_and_small() -> None:
+    assert load_catalogue() is load_catalogue()
+    assert catalogue_source().startswith("moto ")
+    size = DEFAULT_PATH.stat().st_size
+    assert size < 100_000, f"catalogue.json grew to {size} bytes; it ships in every package"
+
+
+def test_generator_reproduces_the_shipped_file() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_catalogue.py"), "--check"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+
+
+def test_generator_reads_describe_pages(tmp_path: Path) -> None:
+    page = tmp_path / "page.json"
+    page.write_text(json.dumps({"InstanceTypes": [{
+        "InstanceType": "m5.large", "VCpuInfo": {"DefaultVCpus": 2},
+        "NetworkInfo": {"NetworkPerformance": "Up to 10 Gigabit", "EnaSupport": "required",
+                        "EnaSrdSupported": False, "MaximumNetworkCards": 1,
+                        "NetworkCards": [{"NetworkCardIndex": 0, "BaselineBandwidthInGbps": 0.75,
+                                          "PeakBandwidthInGbps": 10.0,
+                                          "DefaultEnaQueueCountPerInterface": 2}]},
+    }]}))
+    out = tmp_path / "cat.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_catalogue.py"), "--describe", str(page),
+                    "--out", str(out)], check=True, capture_output=True, timeout=60)
+    e = load_catalogue(str(out))["m5.large"]
+    assert (e.baseline_gbps, e.peak_gbps, e.default_ena_queues) == (0.75, 10.0, 2)
