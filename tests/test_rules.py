@@ -38,3 +38,20 @@ def test_rules_reference_only_documented_metrics() -> None:
     assert used
     missing = sorted(m for m in used if m not in docs)
     assert not missing, f"rules use metrics that docs/metrics.md does not describe: {missing}"
+
+
+def test_dashboard_is_generated_and_uses_documented_metrics() -> None:
+    import json
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    path = root / "packaging" / "grafana" / "burstwatch-dashboard.json"
+    out = subprocess.run([sys.executable, "-c", "import sys;sys.path.insert(0,'scripts');"
+                          "import gen_dashboard,json;print(json.dumps(gen_dashboard.build(),indent=1))"],
+                         cwd=root, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == json.loads(path.read_text()), "run scripts/gen_dashboard.py"
+    exprs = [t["expr"] for p in json.loads(path.read_text())["panels"] for t in p["targets"]]
+    docs = (root / "docs" / "metrics.md").read_text()
+    used = {m for e in exprs for m in re.findall(r"\b(burstwatch_[a-z_]+)", e)}
+    missing = sorted(m for m in used if m not in docs)
+    assert not missing, f"dashboard uses metrics that docs/metrics.md does not describe: {missing}"
