@@ -114,6 +114,10 @@ class BandwidthConfig:
 @dataclass(frozen=True)
 class InstanceConfig:
     type: Optional[str] = _opt(None, "instance type, e.g. m5.large (overrides IMDS)")
+    describe_api: bool = _opt(True, "refresh this type's bandwidth with ec2:DescribeInstanceTypes when allowed "
+                              "(cached a week under state_dir)")
+    ec2_endpoint_url: Optional[str] = _opt(None, "EC2 API endpoint (default: AWS; a VPC endpoint or a test server)",
+                                           check=check_url)
     bandwidth: BandwidthConfig = _opt(None, "per-direction bandwidth overrides", factory=BandwidthConfig)
 
 

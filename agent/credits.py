@@ -105,10 +105,10 @@ class CreditTracker:
         shaping_delta = self._shaping_delta()
         nbytes = {"in": 0.0, "out": 0.0}
         dt = 0.0
-        for d in deltas.values():
-            nbytes["in"] += d.counters.rx_bytes
-            nbytes["out"] += d.counters.tx_bytes
-            dt = max(dt, d.dt)
+        for delta in deltas.values():
+            nbytes["in"] += delta.counters.rx_bytes
+            nbytes["out"] += delta.counters.tx_bytes
+            dt = max(dt, delta.dt)
         rates = tracker.instance_rates() or {"in": 0.0, "out": 0.0}
         learned_before = sum(b.learned_count for b in self.estimator.buckets.values())
         readings = self.estimator.update(dt, nbytes, rates, shaping_delta)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -11,11 +12,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from agent import config as configmod
+from agent.collectors.instance import InstanceInfo, discover, profile_for
 from agent.collectors.shaping import ShapingCollector
 from agent.credits import CreditTracker
 from agent.exporters.credits import CreditView
+from agent.exporters.instance import InstanceView
 from agent.exporters.prometheus import BuildInfoView, MetricsServer, ReloadState, SamplerView, build_registry
-from agent.models.profile import GBIT, BandwidthProfile
+from agent.models.profile import BandwidthProfile
 from agent.notify import notify, watchdog_interval
 from agent.sampler import Sampler, Snapshot
 
@@ -70,6 +73,7 @@ class Daemon:
         self.views: list[Any] = []
         self.shutdown_hooks: list[Callable[[], None]] = []
         self.credits: Optional[CreditTracker] = None
+        self.instance: Optional[InstanceInfo] = None
         self.profile = BandwidthProfile()
 
     # -- signals ---------------------------------------------------------------------------------
@@ -106,8 +110,9 @@ class Daemon:
             self.interfaces = resolve_interfaces(new, self._discover)
         if self.sampler is not None:
             self.sampler.tracker.rate_window = new.effective_rate_window
-        if self.credits is not None and new.instance != old.instance:
-            self.profile = config_profile(new)
+        if self.credits is not None and new.instance != old.instance and self.instance is not None:
+            self.profile = profile_for(new, self.instance)
+            self.instance = dataclasses.replace(self.instance, profile=self.profile)
             self.credits.set_profile(self.profile)
         if new.metrics.listen != old.metrics.listen:
             log.warning("metrics.listen changed to %s; it takes effect at the next restart", new.metrics.listen)
@@ -115,12 +120,16 @@ class Daemon:
         return True
 
     def _discover(self) -> list[str]:
+        if self.instance is not None and self.instance.interfaces:
+            return list(self.instance.interfaces)  # the ENIs IMDS listed, matched to interfaces by MAC
         from agent.readers.routes import default_route_interfaces
 
         return default_route_interfaces(self.paths.procfs)
 
     # -- the loop --------------------------------------------------------------------------------
     def setup(self) -> None:
+        self.instance = discover(self.cfg, sysfs=self.paths.sysfs, isolate_api=True)
+        self.profile = self.instance.profile
         self.interfaces = resolve_interfaces(self.cfg, self._discover)
         self.sampler = Sampler(lambda: self.interfaces, self.cfg.effective_rate_window,
                                procfs=self.paths.procfs, sysfs=self.paths.sysfs)
@@ -129,7 +138,6 @@ class Daemon:
         def latest() -> Optional[Snapshot]:
             return sampler.latest
 
-        self.profile = config_profile(self.cfg)
         c = self.cfg.credits
         shaping = ShapingCollector(c.shaping_source, lambda: self.interfaces, c.tc_in_interface, c.tc_out_interface)
         self.credits = CreditTracker(self.profile, self.cfg.state_dir, c.save_interval, c.learn, shaping,
@@ -137,7 +145,7 @@ class Daemon:
         sampler.hooks.append(self.credits.hook)
         self.shutdown_hooks.append(self.credits.save)
         credits = self.credits
-        self.views = [BuildInfoView(), SamplerView(latest), self.reload_state,
+        self.views = [BuildInfoView(), SamplerView(latest), self.reload_state, InstanceView(lambda: self.instance),
                       CreditView(latest, lambda: shaping.source, lambda: credits.restore_note), *self.views]
         host, port = configmod.split_hostport(self.cfg.metrics.listen)
         self.server = MetricsServer(host, port, build_registry(self.views))
@@ -208,20 +216,6 @@ class Daemon:
             self.server.stop()
         log.info("burstwatch stopped")
         return 0
-
-
-def config_profile(cfg: configmod.Config) -> BandwidthProfile:
-    """The profile from [instance.bandwidth] alone (used off EC2 and in the lab)."""
-    bw = cfg.instance.bandwidth
-    baseline = bw.baseline_gbps * GBIT if bw.baseline_gbps is not None else None
-    peak = bw.peak_gbps * GBIT if bw.peak_gbps is not None else None
-    bucket = bw.burst_bucket_gbit * GBIT if bw.burst_bucket_gbit is not None else None
-    bucket_source = "config" if bucket is not None else "none"
-    if bucket is None and baseline is not None and peak is not None and peak > baseline:
-        bucket, bucket_source = baseline * 3600.0, "default"  # ~1 h of baseline (seed 000's r4 table)
-    return BandwidthProfile(cfg.instance.type, baseline, peak, bucket,
-                            "config" if baseline is not None else "none", "config" if peak is not None else "none",
-                            bucket_source)
 
 
 def state_dir_writable(path: str) -> bool:

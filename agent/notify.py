@@ -9,7 +9,7 @@ import socket
 log = logging.getLogger(__name__)
 
 try:
-    from systemd import daemon as _sd_daemon
+    from systemd import daemon as _sd_daemon  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - systemd-python is a dependency; this keeps pip installs without it working
     _sd_daemon = None
 

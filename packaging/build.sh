@@ -67,6 +67,8 @@ stage() {
         done)
     install -m 0755 "$ROOT/packaging/bin/burstwatch" "$dest/usr/bin/burstwatch"
     install -m 0644 "$ROOT/packaging/burstwatch.toml" "$dest/etc/burstwatch/burstwatch.toml"
+    # A pristine copy beside the rules and the dashboard, to diff an edited /etc file against.
+    install -D -m 0644 "$ROOT/packaging/burstwatch.toml" "$dest/usr/share/burstwatch/burstwatch.toml"
     install -m 0644 "$ROOT/docs/install.md" "$dest/usr/share/doc/burstwatch/install.md"
     # burstwatch(1), rendered from the CLI's argparse parser.
     mkdir -p "$dest/usr/share/man/man1"
@@ -109,7 +111,7 @@ build_deb() {
         echo "stage/usr/lib/burstwatch usr/lib"
         echo "stage/usr/bin/burstwatch usr/bin"
         echo "stage/etc/burstwatch etc"
-        [ -d "$dir/stage/usr/share/burstwatch" ] && echo "stage/usr/share/burstwatch usr/share"
+        echo "stage/usr/share/burstwatch usr/share"
         echo "stage/usr/share/doc/burstwatch/install.md usr/share/doc/burstwatch"
     } > "$dir/debian/burstwatch.install"
     echo "stage/usr/share/man/man1/burstwatch.1" > "$dir/debian/burstwatch.manpages"

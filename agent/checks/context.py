@@ -138,13 +138,31 @@ def facts_from_instance(info: Any) -> InstanceFacts:
     )
 
 
+def facts_from_config(cfg: configmod.Config) -> InstanceFacts:
+    """InstanceFacts from `[instance] type` and the bundled catalogue alone (no IMDS, no AWS calls)."""
+    entry = None
+    if cfg.instance.type:
+        try:
+            from agent.models.catalogue import load_catalogue
+
+            entry = load_catalogue().get(cfg.instance.type)
+        except (OSError, ValueError) as exc:
+            log.warning("instance-type catalogue unusable: %s", exc)
+    return InstanceFacts(instance_type=cfg.instance.type, vcpus=os.cpu_count(),
+                         ena_support=getattr(entry, "ena_support", None),
+                         default_queues=getattr(entry, "default_ena_queues", None),
+                         ena_srd_supported=getattr(entry, "ena_srd_supported", None),
+                         source="catalogue" if entry is not None else "none")
+
+
 def build_context(cfg: configmod.Config, *, ethtool: Optional[EthtoolReader] = None,
-                  instance: Any = None, interfaces: Optional[list[str]] = None,
+                  instance: Any = None, discover: bool = True, interfaces: Optional[list[str]] = None,
                   before: Optional[dict[str, CounterSample]] = None, window: float = COUNTER_WINDOW,
                   sysfs: str = "/sys") -> CheckContext:
-    """A context over the real system: discovery (IMDS, catalogue) unless `instance` is given, the
-    configured or discovered interfaces, links and routes, and two counter readings `window` apart
-    (or `before` from the previous run and one now, which is what the daemon's runner does)."""
+    """A context over the real system: the instance (`instance`: an InstanceInfo or InstanceFacts;
+    when None, discovery through IMDS and the catalogue if `discover`, else the config and the
+    catalogue), the configured or discovered interfaces, links and routes, and two counter readings
+    `window` apart (or `before` from the previous run and one now, which is what the daemon does)."""
     from agent.readers import links as linksmod
     from agent.readers.ethtool import IoctlEthtoolReader
     from agent.readers.imds import ImdsClient
@@ -155,10 +173,12 @@ def build_context(cfg: configmod.Config, *, ethtool: Optional[EthtoolReader] = N
     if cfg.imds.enabled:
         client = ImdsClient(cfg.imds.endpoint, timeout=cfg.imds.timeout, retries=cfg.imds.retries,
                             allow_imdsv1=cfg.imds.allow_imdsv1)
-    if instance is None:
-        from agent.collectors.instance import discover
+    if instance is None and discover:
+        from agent.collectors import instance as instancemod
 
-        instance = discover(cfg, sysfs=sysfs, imds=client)
+        instance = instancemod.discover(cfg, sysfs=sysfs, imds=client)
+    elif instance is None:
+        instance = facts_from_config(cfg)
     facts = instance if isinstance(instance, InstanceFacts) else facts_from_instance(instance)
     if interfaces is None:
         interfaces = list(cfg.interfaces or getattr(instance, "interfaces", None) or [])

@@ -18,9 +18,10 @@ ENABLE_SRIOV = ("modinfo ixgbevf\n"
                 "aws ec2 stop-instances --instance-ids $INSTANCE_ID\n"
                 "aws ec2 modify-instance-attribute --instance-id $INSTANCE_ID --sriov-net-support simple\n"
                 "aws ec2 start-instances --instance-ids $INSTANCE_ID")
-MOVE_TO_NITRO = "# move to a current-generation (Nitro) type, e.g. m4.large -> m5.large or m6i.large"
-WHY = ("without ENA there is no enhanced networking: lower bandwidth and PPS, higher latency, and no "
-       "allowance counters, so shaping is invisible to burstwatch")
+MOVE_TO_NITRO = ("# move to a current-generation (Nitro) type with an ENA-enabled AMI "
+                 "(e.g. c4 -> c6i, m4 -> m6i, r4 -> r6i)")
+WHY = ("lower bandwidth and PPS, higher latency, and no allowance counters, so shaping is invisible to "
+       "burstwatch")
 
 
 def run(ctx: CheckContext) -> list[Verdict]:
@@ -56,10 +57,11 @@ def _one(ctx: CheckContext, ifname: str) -> Verdict:
     if driver in NETFRONT:
         remedy = ENABLE_ENA if ena_capable else ENABLE_SRIOV + "\n" + MOVE_TO_NITRO
         return Verdict(NAME, ifname, FAIL,
-                       f"{driver} (Xen netfront): enhanced networking is off; {WHY}", ev, remedy)
+                       f"{driver} (Xen netfront): enhanced networking is off: {WHY}", ev, remedy)
     where = ""
     if inst.on_ec2 is False:
-        where = " (and IMDS did not answer: this does not look like an EC2 instance)"
+        where = " (and IMDS gave no instance identity: this does not look like an EC2 instance)"
     return Verdict(NAME, ifname, FAIL,
-                   f"driver {driver or 'unknown'} is not ENA{where}; on EC2 {WHY}", ev,
+                   f"driver {driver or 'unknown'} is not ENA{where}; on EC2 that means enhanced networking is "
+                   f"off: {WHY}", ev,
                    f"ethtool -i {ifname}\n" + (ENABLE_ENA if ena_capable or inst.on_ec2 else MOVE_TO_NITRO))

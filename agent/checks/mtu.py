@@ -54,7 +54,7 @@ def _one(ctx: CheckContext, ifname: str) -> Verdict:
     if express and mtu > ENA_EXPRESS_MTU:
         return Verdict(NAME, ifname, WARN,
                        f"MTU {mtu} with ENA Express on: AWS says use {ENA_EXPRESS_MTU} with ENA Express and jumbo "
-                       f"frames (larger packets are not sent over SRD){tail}", ev,
+                       f"frames (larger packets do not use SRD){tail}", ev,
                        f"sudo ip link set dev {ifname} mtu {ENA_EXPRESS_MTU}\n{PERSIST}")
     if mtu > VPC_JUMBO:
         return Verdict(NAME, ifname, WARN, f"MTU {mtu} is above the VPC maximum of {VPC_JUMBO}: larger frames are "

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from agent import config as configmod
+from agent.isolate import ChildFailed, call_in_child
 from agent.models.catalogue import TypeEntry, catalogue_source, load_catalogue
 from agent.models.profile import BandwidthProfile, resolve_profile
 from agent.readers import ec2api
@@ -104,14 +105,14 @@ def _catalogue(instance_type: Optional[str], sources: dict[str, str]) -> Optiona
 
 def discover(cfg: configmod.Config, sysfs: str = "/sys", imds: Optional[ImdsClient] = None,
              api_factory: Optional[ec2api.ClientFactory] = None,
-             learned_bucket_bytes: Optional[float] = None) -> InstanceInfo:
+             learned_bucket_bytes: Optional[float] = None, isolate_api: bool = False) -> InstanceInfo:
     """Ask IMDS (if enabled) who we are, match ENIs to interfaces, and resolve the bandwidth profile.
 
     Never raises on IMDS, AWS or sysfs faults: each is logged and recorded in `sources`. Off EC2 (or with
     IMDS off) it says so in one INFO line and runs on [instance] / [instance.bandwidth]."""
     started = time.monotonic()
     try:
-        return _discover(cfg, sysfs, imds, api_factory, learned_bucket_bytes, started)
+        return _discover(cfg, sysfs, imds, api_factory, learned_bucket_bytes, started, isolate_api)
     except Exception as exc:  # a bug here must not stop the agent: fall back to the config's profile
         log.exception("instance discovery failed; running on the configured profile")
         profile = resolve_profile(cfg.instance.type, cfg.instance.bandwidth, None, None, learned_bucket_bytes)
@@ -123,7 +124,7 @@ def discover(cfg: configmod.Config, sysfs: str = "/sys", imds: Optional[ImdsClie
 
 def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
               api_factory: Optional[ec2api.ClientFactory], learned_bucket_bytes: Optional[float],
-              started: float) -> InstanceInfo:
+              started: float, isolate_api: bool = False) -> InstanceInfo:
     sources: dict[str, str] = {}
     identity: Optional[Identity] = None
     enis: list[Eni] = []
@@ -158,9 +159,20 @@ def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
     catalogue_entry = _catalogue(instance_type, sources)
     api_entry: Optional[TypeEntry] = None
     region = identity.region if identity else None
-    if instance_type and region:
-        res = ec2api.lookup_instance_type(instance_type, region, cfg.state_dir,
-                                          api_factory or ec2api.client_factory())
+    if instance_type and region and cfg.instance.describe_api:
+        factory = api_factory or ec2api.client_factory(cfg.instance.ec2_endpoint_url)
+
+        def lookup() -> ec2api.ApiLookup:
+            return ec2api.lookup_instance_type(instance_type, region, cfg.state_dir, factory)
+
+        if isolate_api:
+            # The daemon asks from a forked child: boto3 costs ~29 MB of RSS and is needed only here.
+            try:
+                res = call_in_child(lookup, timeout=30.0)
+            except ChildFailed as exc:
+                res = ec2api.ApiLookup(None, "error", str(exc))
+        else:
+            res = lookup()
         api_entry = res.entry
         sources["api"], sources["api_detail"] = res.status, res.detail
         if res.entry is None:
@@ -168,7 +180,9 @@ def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
                      instance_type, res.status, res.detail)
     else:
         sources["api"] = "skipped"
-        sources["api_detail"] = "no instance type" if not instance_type else "no region (not on EC2)"
+        sources["api_detail"] = ("no instance type" if not instance_type else
+                                 "instance.describe_api = false" if not cfg.instance.describe_api else
+                                 "no region (not on EC2)")
 
     profile = resolve_profile(instance_type, cfg.instance.bandwidth, api_entry, catalogue_entry,
                               learned_bucket_bytes)
@@ -187,6 +201,25 @@ def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
                  sources.get("imds_detail", sources["imds"]), elapsed, describe_profile(profile))
     return InstanceInfo(on_ec2, identity, enis, interfaces, vpc_cidrs, catalogue_entry, profile, sources,
                         api_entry, eni_ifs, client.stats if client else None, elapsed)
+
+
+def profile_for(cfg: configmod.Config, info: InstanceInfo,
+                learned_bucket_bytes: Optional[float] = None) -> BandwidthProfile:
+    """The profile under a (reloaded) config, from what discovery already knows: no IMDS or API call.
+
+    The API's entry is reused while the type stays the same; a type changed in [instance] is looked up
+    in the bundled catalogue."""
+    itype = cfg.instance.type or (info.identity.instance_type if info.identity else None)
+    api = info.api_entry if info.api_entry is not None and info.api_entry.instance_type == itype else None
+    try:
+        cat = load_catalogue().get(itype) if itype else None
+    except (OSError, ValueError) as exc:
+        log.error("bundled instance-type catalogue unusable: %s", exc)
+        cat = None
+    profile = resolve_profile(itype, cfg.instance.bandwidth, api, cat, learned_bucket_bytes)
+    for note in profile.notes:
+        log.warning("profile: %s", note)
+    return profile
 
 
 def describe_profile(p: BandwidthProfile) -> str:

@@ -17,7 +17,6 @@ from agent.models.cw_aggregate import (
     Backlog,
     BatchLimits,
     CounterIncrease,
-    Datum,
     Dims,
     PeriodAggregator,
     SeriesKey,
@@ -71,6 +70,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("CreditRefillSeconds", "Seconds", "direction", "Minimum",
                "seconds until the bucket is full at the current rate; 31536000 when not refilling"),
     MetricSpec("Shaped", "None", "direction", "Maximum", "1 when the shaping counter rose, else 0"),
+    MetricSpec("CreditExhausted", "None", "direction", "Maximum",
+               "1 while the shaper holds the rate at the baseline (bucket empty), else 0"),
     MetricSpec("WarnedChecks", "Count", "instance", "Maximum", "checks whose verdict is warn"),
     MetricSpec("ProbeSuccess", "None", "peer", "Minimum", "1 when the peer's latest probe succeeded"),
 )
@@ -340,6 +341,8 @@ class CloudWatchPublisher:
                                     min(r.refill_seconds, EXHAUSTION_CAP_SECONDS)))
                 if "Shaped" in en:
                     samples.append((keys["Shaped", d], 1.0 if r.shaped else 0.0))
+                if "CreditExhausted" in en:
+                    samples.append((keys["CreditExhausted", d], 1.0 if getattr(r, "exhausted", False) else 0.0))
             if "ThroughputBytesPerSecond" in en:
                 if rates is not None and d in rates:
                     samples.append((keys["ThroughputBytesPerSecond", d], rates[d]))
@@ -393,8 +396,9 @@ class CloudWatchPublisher:
         try:
             self._client = self._client_factory(self.region, self.endpoint_url,
                                                 max_attempts=self._max_attempts)
-            # For the last flush at SIGTERM: one attempt, short timeouts, so stop() keeps its deadline.
-            self._final_client = self._client_factory(self.region, self.endpoint_url, max_attempts=1,
+            # For the last flush at SIGTERM: no retry (botocore's max_attempts counts retries), short
+            # timeouts, so stop() keeps its deadline.
+            self._final_client = self._client_factory(self.region, self.endpoint_url, max_attempts=0,
                                                       connect_timeout=0.5, read_timeout=1.0)
         except Exception as exc:
             self._client = None

@@ -17,6 +17,7 @@ from agent.models.cw_aggregate import Dims
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+WORDS = {"in": "inbound", "out": "outbound"}
 
 ImdsGet = Callable[[str], Optional[str]]
 
@@ -63,7 +64,7 @@ def alarm_params(namespace: str, dims: Dims, period: int, label: str,
         for d in DIRECTIONS:
             params: dict[str, Any] = {
                 "AlarmName": f"burstwatch-{label}-{spec.slug}-{d}",
-                "AlarmDescription": spec.description.format(direction=d),
+                "AlarmDescription": spec.description.format(direction=WORDS[d]),
                 "Namespace": namespace,
                 "MetricName": spec.metric,
                 "Dimensions": [{"Name": n, "Value": v} for n, v in dims] + [{"Name": "Direction", "Value": d}],
@@ -128,7 +129,7 @@ def cloudformation(namespace: str, period: int, extra: dict[str, str]) -> str:
                 "    Type: AWS::CloudWatch::Alarm",
                 "    Properties:",
                 f"      AlarmName: !Sub 'burstwatch-${{InstanceId}}-{spec.slug}-{d}'",
-                f"      AlarmDescription: '{spec.description.format(direction=d)}'",
+                f"      AlarmDescription: '{spec.description.format(direction=WORDS[d])}'",
                 f"      Namespace: {namespace}",
                 f"      MetricName: {spec.metric}",
                 "      Dimensions:",

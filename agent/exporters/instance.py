@@ -55,10 +55,8 @@ class InstanceView:
         peak = GaugeMetricFamily(f"{NS}_bandwidth_peak_bytes_per_second", "Peak (burst) bandwidth per "
                                  "direction (network card 0); source: config, api, catalogue.",
                                  labels=["direction", "source"])
-        bucket = InfoMetricFamily(f"{NS}_bandwidth_bucket_source",
-                                  "Where the burst bucket size comes from: config, learned, default (1 h of "
-                                  "baseline, an estimate) or none (no bucket: baseline = peak, or the "
-                                  "profile is unknown).", labels=["direction"])
+        # The bucket in use and where it came from (config, learned, default) are the credit view's:
+        # burstwatch_credit_bucket_bytes and burstwatch_credit_bucket_info, since learning changes them.
         bursts = GaugeMetricFamily(f"{NS}_bandwidth_burstable",
                                    "1 when the size bursts above its baseline with a credit bucket; 0 when "
                                    "baseline = peak (never exhausts) or unknown.", labels=["direction"])
@@ -67,11 +65,9 @@ class InstanceView:
                 base.add_metric([direction, p.baseline_source], p.baseline_bytes_per_second)
             if p.peak_bytes_per_second is not None:
                 peak.add_metric([direction, p.peak_source], p.peak_bytes_per_second)
-            bucket.add_metric([direction], {"source": p.bucket_source})
             bursts.add_metric([direction], 1.0 if p.bursts else 0.0)
         yield base
         yield peak
-        yield bucket
         yield bursts
 
         cbase = GaugeMetricFamily(f"{NS}_network_card_baseline_bytes_per_second",

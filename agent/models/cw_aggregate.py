@@ -56,10 +56,8 @@ class StatSet:
     def add(self, value: float) -> None:
         self.count += 1
         self.total += value
-        if value < self.minimum:
-            self.minimum = value
-        if value > self.maximum:
-            self.maximum = value
+        self.minimum = min(value, self.minimum)
+        self.maximum = max(value, self.maximum)
 
 
 @dataclass(frozen=True)
@@ -121,7 +119,7 @@ def request_size(namespace: str, datums: Iterable[Datum]) -> int:
 
 def clean_value(value: float) -> Optional[float]:
     """A value CloudWatch accepts, or None: NaN is dropped, infinities and huge values are clipped."""
-    if value != value:  # NaN
+    if math.isnan(value):
         return None
     if value > MAX_ABS_VALUE:
         return MAX_ABS_VALUE

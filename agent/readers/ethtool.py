@@ -107,7 +107,7 @@ def _lines(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
-def parse_ethtool_S(text: str) -> dict[str, int]:  # noqa: N802 - named after the ethtool flag
+def parse_ethtool_S(text: str) -> dict[str, int]:
     """`ethtool -S DEV` text -> {stat: value}. Raises NotSupported on "no stats available"."""
     out: dict[str, int] = {}
     for line in _lines(text):

@@ -219,8 +219,22 @@ class ImdsClient:
             raise ImdsForbidden(f"{url_path}: HTTP 403 (IMDS disabled)")
         raise ImdsError(f"GET {self.endpoint}{url_path}: HTTP {resp.status}")
 
-    def probe(self) -> ImdsProbe:
-        """Is IMDS reachable, and with IMDSv2? Never raises; does not use or change the cached token."""
+    def probe(self, reuse: bool = False) -> ImdsProbe:
+        """Is IMDS reachable, and with IMDSv2? Never raises; does not use or change the cached token.
+
+        With `reuse`, a verdict this client already reached (IMDSv2 reads worked, or IMDS did not answer
+        or is disabled) is returned without asking again, so a one-shot command that ran discovery first
+        does not pay the timeouts twice."""
+        if reuse:
+            with self._lock:
+                dead, v1 = self._dead, self._v1
+            if isinstance(dead, ImdsUnavailable):
+                return ImdsProbe(False, False, f"{dead} (inside a container, the instance's "
+                                               "http-put-response-hop-limit may be 1)")
+            if isinstance(dead, ImdsForbidden):
+                return ImdsProbe(True, False, "IMDS is disabled on this instance (HTTP 403)")
+            if self.stats.version == "v2" and not v1:
+                return ImdsProbe(True, True, f"IMDSv2 at {self.endpoint} (token reads succeeded)")
         try:
             resp = self._request("PUT", TOKEN_PATH, {TTL_HEADER: "60"}, "token")
         except ImdsUnavailable as exc:

@@ -28,7 +28,7 @@ class RxCounters(NamedTuple):
 
 class LinkInfo(NamedTuple):
     name: str
-    index: int
+    ifindex: int
     mtu: int
     kind: Optional[str]        # IFLA_INFO_KIND for virtual devices (veth, bridge, ...); None for hardware
     operstate: str
@@ -74,7 +74,7 @@ def parse_link(msg: Any) -> LinkInfo:
     else:
         counters = RxCounters()
     max_mtu = msg.get_attr("IFLA_MAX_MTU")
-    return LinkInfo(name=msg.get_attr("IFLA_IFNAME"), index=int(msg["index"]), mtu=int(msg.get_attr("IFLA_MTU")),
+    return LinkInfo(name=msg.get_attr("IFLA_IFNAME"), ifindex=int(msg["index"]), mtu=int(msg.get_attr("IFLA_MTU")),
                     kind=kind, operstate=str(msg.get_attr("IFLA_OPERSTATE") or "UNKNOWN"),
                     max_mtu=int(max_mtu) if max_mtu else None, counters=counters)
 

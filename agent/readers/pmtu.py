@@ -228,6 +228,10 @@ def measure_path_mtu(peer: str, *, timeout: float = 1.0, tries: int = 2, method:
     try:
         address = resolve_ipv4(peer)
     except OSError as exc:
+        host = peer.rsplit("]", 1)[0].lstrip("[") if peer.startswith("[") else peer
+        if host.count(":") > 1:
+            return PathMtu(peer, None, None, None, None, None, (), False, False, None, 0,
+                           "IPv6 peer: path MTU is only measured over IPv4 for now")
         return PathMtu(peer, None, None, None, None, None, (), False, False, None, 0, f"cannot resolve: {exc}")
     try:
         probe = open_probe(address, method)

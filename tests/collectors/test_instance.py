@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from agent import config as configmod
-from agent.collectors.instance import InstanceInfo, describe_profile, discover
+from agent.collectors.instance import InstanceInfo, describe_profile, discover, profile_for
 from agent.exporters.instance import InstanceView
 from agent.models.profile import GBIT
 from agent.readers import ec2api
@@ -78,8 +78,6 @@ def test_on_ec2_end_to_end(moto: str, tmp_path: Path) -> None:
                                     {"direction": d, "source": "api"}) == 625_000_000.0
         assert reg.get_sample_value("burstwatch_bandwidth_peak_bytes_per_second",
                                     {"direction": d, "source": "api"}) == 1_250_000_000.0
-        assert reg.get_sample_value("burstwatch_bandwidth_bucket_source_info",
-                                    {"direction": d, "source": "default"}) == 1.0
         assert reg.get_sample_value("burstwatch_bandwidth_burstable", {"direction": d}) == 1.0
         assert reg.get_sample_value("burstwatch_network_card_baseline_bytes_per_second",
                                     {"network_card": "0", "direction": d, "source": "api"}) == 625_000_000.0
@@ -115,8 +113,6 @@ def test_multi_card_instance(moto: str, tmp_path: Path) -> None:
     assert "never exhausts" in describe_profile(p)
     reg, _ = scrape(info)
     assert reg.get_sample_value("burstwatch_bandwidth_burstable", {"direction": "in"}) == 0.0
-    assert reg.get_sample_value("burstwatch_bandwidth_bucket_source_info",
-                                {"direction": "in", "source": "none"}) == 1.0
     assert reg.get_sample_value("burstwatch_network_card_peak_bytes_per_second",
                                 {"network_card": "3", "direction": "out", "source": "api"}) == 100 * GBIT
 
@@ -193,7 +189,7 @@ def test_imds_off_in_config_sends_nothing(tmp_path: Path) -> None:
     _, text = scrape(info)
     assert "burstwatch_imds_" not in text
     assert "burstwatch_bandwidth_baseline_bytes_per_second{" not in text   # nothing known, nothing invented
-    assert 'burstwatch_bandwidth_bucket_source_info{direction="in",source="none"} 1.0' in text
+    assert 'burstwatch_bandwidth_burstable{direction="in"} 0.0' in text
 
 
 def test_broken_answers_never_raise(tmp_path: Path) -> None:
@@ -207,6 +203,22 @@ def test_broken_answers_never_raise(tmp_path: Path) -> None:
     with ImdsServer(tree) as srv:                              # sysfs missing: on EC2, no interfaces
         info = discover(cfg_for(tmp_path, srv.url), sysfs=str(tmp_path / "no-sysfs"), api_factory=dead_api())
     assert info.on_ec2 and info.interfaces == [] and len(info.enis) == 1
+
+
+def test_profile_for_a_reloaded_config(moto: str, tmp_path: Path) -> None:
+    with ImdsServer(metadata_tree(instance_type="c5.4xlarge", enis=ENIS[:1])) as srv:
+        info = discover(cfg_for(tmp_path, srv.url), sysfs=SYSFS, api_factory=moto_api(moto))
+        assert len(srv.requests) > 0
+        seen = len(srv.requests)
+        same = profile_for(cfg_for(tmp_path, srv.url), info)
+        assert same == info.profile and same.baseline_source == "api"
+        bigger = profile_for(cfg_for(tmp_path, srv.url, '[instance.bandwidth]\nburst_bucket_gbit = 50.0\n'),
+                             info)
+        assert (bigger.bucket_bytes, bigger.bucket_source) == (50 * GBIT, "config")
+        other = profile_for(cfg_for(tmp_path, srv.url, '[instance]\ntype = "t3.micro"\n'), info)
+        assert (other.instance_type, other.baseline_bytes_per_second, other.baseline_source) == (
+            "t3.micro", 0.064 * GBIT, "catalogue")
+        assert len(srv.requests) == seen                        # nothing asked of IMDS again
 
 
 def test_view_without_info_is_empty() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -19,6 +20,9 @@ SUITE = "bookworm"
 # cached root's apt archive, so every test run installs them for real but without the network.
 DEPENDENCIES = ["python3", "python3-pyroute2", "python3-prometheus-client", "python3-boto3", "python3-psutil",
                 "python3-systemd", "systemd", "procps"]
+# What the Debian installer writes and debootstrap does not: without it, lookups of local names
+# (wsgiref's getfqdn("0.0.0.0") at bind time) go to DNS and stall start-up for the resolver timeout.
+ETC_HOSTS = "127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
 POLICY_RC_D = "#!/bin/sh\n# burstwatch tests: no service may start inside this chroot (policy-rc.d(8)).\nexit 101\n"
 
 
@@ -106,6 +110,7 @@ def base_tarball() -> Path:
         mirror = debian_mirror()
         sh("debootstrap", "--variant=minbase", SUITE, str(work), mirror, timeout=900)
         shutil.copy("/etc/resolv.conf", work / "etc" / "resolv.conf")
+        (work / "etc" / "hosts").write_text(ETC_HOSTS, encoding="utf-8")
         policy = work / "usr" / "sbin" / "policy-rc.d"
         policy.write_text(POLICY_RC_D, encoding="utf-8")
         policy.chmod(0o755)
@@ -146,6 +151,9 @@ class DebianRoot:
         tarball = base_tarball()
         dest.mkdir(parents=True)
         sh("tar", "-C", str(dest), "-xpf", str(tarball), timeout=300)
+        hosts = dest / "etc" / "hosts"
+        if not hosts.exists():
+            hosts.write_text(ETC_HOSTS, encoding="utf-8")
         return cls(dest)
 
     def wrap(self, argv: list[str], netns: Optional[str] = None, sys_: bool = False) -> list[str]:
@@ -212,6 +220,12 @@ def seconds(value: str) -> float:
     for num, unit in re.findall(r"([\d.]+)\s*([a-z]*)", value):
         total += float(num) * units.get(unit or "s", 1)
     return total
+
+
+def kernel_has_mdwe() -> bool:
+    """PR_SET_MDWE (the kernel's MemoryDenyWriteExecute) exists from Linux 6.3."""
+    m = re.match(r"(\d+)\.(\d+)", platform.release())
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (6, 3)
 
 
 def wait_until(pred, timeout: float, interval: float = 0.1) -> bool:  # type: ignore[no-untyped-def]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import signal
 import socket
@@ -19,7 +18,7 @@ import pytest
 
 from tests.conftest import require_root_tools
 from tests.packaging.conftest import Debs
-from tests.packaging.debroot import DebianRoot, exec_argv, seconds, sh, unit_value, wait_until
+from tests.packaging.debroot import DebianRoot, exec_argv, kernel_has_mdwe, seconds, sh, unit_value, wait_until
 from tests.support.lab import Lab
 
 pytestmark = pytest.mark.slow
@@ -167,11 +166,6 @@ os.execv(sys.argv[1], sys.argv[1:])
 """
 
 
-def kernel_has_mdwe() -> bool:
-    major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", platform.release()).groups())
-    return (major, minor) >= (6, 3)
-
-
 def metric(text: str, name: str, **labels: str) -> float | None:
     for line in text.splitlines():
         if not line.startswith(name):
@@ -204,6 +198,12 @@ def test_exec_start_notifies_ready_watchdog_reload_and_stop(installed: DebianRoo
     watchdog = seconds(unit_value(unit, "WatchdogSec"))
     start_timeout = seconds(unit_value(unit, "TimeoutStartSec"))
     stop_timeout = seconds(unit_value(unit, "TimeoutStopSec"))
+
+    # No DNS server in the namespace: make lookups fail at once (wsgiref's server_bind calls
+    # getfqdn("0.0.0.0"), which would otherwise wait out the host resolver's timeout).
+    resolv = installed.file("/etc/resolv.conf")
+    saved_resolv = resolv.read_bytes() if resolv.exists() else None
+    resolv.write_text("nameserver 127.0.0.1\n", encoding="utf-8")
 
     run_dir = installed.file("/run/bwtest")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -253,6 +253,8 @@ def test_exec_start_notifies_ready_watchdog_reload_and_stop(installed: DebianRoo
             if proc.poll() is None:
                 proc.kill()
             notes.close()
+            if saved_resolv is not None:
+                resolv.write_bytes(saved_resolv)
     text = log.read_text(encoding="utf-8")
     assert "Traceback" not in text, text
     if kernel_has_mdwe():

@@ -199,6 +199,23 @@ def test_probe_does_not_disturb_the_cached_token() -> None:
         assert srv.token_ttls == [21600, 60]              # the probe's own short-lived token
 
 
+def test_probe_can_reuse_what_the_client_already_knows() -> None:
+    with ImdsServer(hang=True) as srv:
+        c = ImdsClient(srv.url, timeout=0.2, retries=0)
+        with pytest.raises(ImdsUnavailable):
+            c.get("meta-data/instance-id")
+        t0 = time.monotonic()
+        p = c.probe(reuse=True)
+        assert not p.reachable and time.monotonic() - t0 < 0.1 and srv.count("PUT") == 1
+    with ImdsServer() as srv:
+        c = ImdsClient(srv.url, timeout=1.0)
+        assert c.probe(reuse=True).imdsv2 and srv.count("PUT") == 1     # nothing known yet: asks
+        c.get("meta-data/instance-id")
+        seen = len(srv.requests)
+        assert c.probe(reuse=True) == (True, True, f"IMDSv2 at {srv.url} (token reads succeeded)")
+        assert len(srv.requests) == seen
+
+
 def test_bad_endpoint_is_rejected() -> None:
     with pytest.raises(ValueError):
         ImdsClient("https://169.254.169.254")

@@ -208,10 +208,10 @@ class ImdsServer:
                 self.tokens[token] = now + int(ttl_text)
                 self.token_ttls.append(int(ttl_text))
             return 200, token
-        token = headers.get(TOKEN_HEADER.lower())
-        if token is not None or self.require_token:
+        presented = headers.get(TOKEN_HEADER.lower())
+        if presented is not None or self.require_token:
             with self._lock:
-                expires = self.tokens.get(token or "")
+                expires = self.tokens.get(presented or "")
             if expires is None or now >= expires or self.reject_tokens:
                 return 401, "Unauthorized"
         body = self._lookup(path)

@@ -23,6 +23,7 @@ ERROR_BODY = ('<ErrorResponse xmlns="http://monitoring.amazonaws.com/doc/2010-08
 
 _DATUM = re.compile(r"^MetricData\.member\.(\d+)\.MetricName$")
 _DIM = re.compile(r"^MetricData\.member\.(\d+)\.Dimensions\.member\.(\d+)\.Name$")
+_MEMBER = re.compile(r"^MetricData\.member\.(\d+)\.(.+)$")
 _VALUES = re.compile(r"^MetricData\.member\.(\d+)\.Values\.member\.(\d+)$")
 
 
@@ -61,6 +62,7 @@ class ThrottleProxy:
         self.records: list[Record] = []
         self.faults: list[Fault] = []
         self.max_datums: Optional[int] = None   # emulate the pre-2022 limit (20) when set
+        self.slice_fields = 600
         self.release = threading.Event()        # hold mode: requests wait for this
         self.release.set()
         self.lock = threading.Lock()
@@ -82,7 +84,7 @@ class ThrottleProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+            def log_message(self, format: str, *args: object) -> None:
                 pass
 
             def setup(self) -> None:
@@ -95,10 +97,10 @@ class ThrottleProxy:
                     proxy._conns.discard(self.connection)
                 super().finish()
 
-            def do_POST(self) -> None:  # noqa: N802 - stdlib name
+            def do_POST(self) -> None:
                 proxy._handle(self)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 proxy._handle(self)
 
         class Server(ThreadingHTTPServer):
@@ -167,6 +169,8 @@ class ThrottleProxy:
                     vals[m.group(1)] = max(vals.get(m.group(1), 0), int(m.group(2)))
             rec.max_dimensions = max(dims.values(), default=0)
             rec.max_values = max(vals.values(), default=0)
+        with self.lock:
+            self.records.append(rec)
         self.release.wait(30)
         error: Optional[tuple[int, str, str]] = None
         with self.lock:
@@ -180,7 +184,6 @@ class ThrottleProxy:
                 error = (400, "InvalidParameterValue",
                          f"The collection MetricData must not have a size greater than {self.max_datums}.")
             rec.status = error[0] if error else 0
-            self.records.append(rec)
         if error is not None:
             status, code, message = error
             payload = ERROR_BODY.format(code=code, message=message, rid=uuid.uuid4()).encode()
@@ -191,12 +194,17 @@ class ThrottleProxy:
             h.end_headers()
             h.wfile.write(payload)
             return
-        conn = http.client.HTTPConnection(*self.upstream, timeout=30)
+        headers = {k: v for k, v in h.headers.items()
+                   if k.lower() not in ("host", "connection", "content-length")}
+        bodies = self._slices(body) if action == "PutMetricData" else [body]
+        conn = http.client.HTTPConnection(*self.upstream, timeout=60)
         try:
-            headers = {k: v for k, v in h.headers.items() if k.lower() not in ("host", "connection")}
-            conn.request(h.command, h.path, body=body, headers=headers)
-            resp = conn.getresponse()
-            payload = resp.read()
+            for part in bodies:   # the first failure is the answer; else the last success
+                conn.request(h.command, h.path, body=part, headers=headers)
+                resp = conn.getresponse()
+                payload = resp.read()
+                if resp.status >= 300:
+                    break
             rec.status = resp.status
             h.send_response(resp.status)
             for k, v in resp.getheaders():
@@ -207,3 +215,28 @@ class ThrottleProxy:
             h.wfile.write(payload)
         finally:
             conn.close()
+
+    def _slices(self, body: bytes) -> list[bytes]:
+        """moto 5.0 parses a query-protocol body in time quadratic in its fields (1000 datums take
+        ~11 s, more than the client's read timeout), so a PutMetricData is forwarded in slices of at
+        most `slice_fields` fields, renumbered; the record above keeps the request as the client sent it."""
+        pairs = urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True)
+        head = [(k, v) for k, v in pairs if not k.startswith("MetricData.member.")]
+        members: dict[int, list[tuple[str, str]]] = {}
+        for k, v in pairs:
+            m = _MEMBER.match(k)
+            if m:
+                members.setdefault(int(m.group(1)), []).append((m.group(2), v))
+        out: list[bytes] = []
+        cur: list[tuple[str, str]] = []
+        n = 0
+        for idx in sorted(members):
+            fields = members[idx]
+            if cur and len(cur) + len(fields) > self.slice_fields:
+                out.append(urllib.parse.urlencode(head + cur).encode())
+                cur, n = [], 0
+            n += 1
+            cur += [(f"MetricData.member.{n}.{rest}", v) for rest, v in fields]
+        if cur or not out:
+            out.append(urllib.parse.urlencode(head + cur).encode())
+        return out

@@ -224,12 +224,15 @@ def build_document(start: StartInfo, records: list[StreamRecord], t0: float, t_e
             recv_packets += packets_recv
             lost_total += lost
             jitter_sum += jitter
+            # iperf_print_results takes loss over this side's own count: datagrams sent, or the highest
+            # sequence number received.
+            own = packets_sent if local_sender else packets_recv
             streams_out.append({"udp": {
                 "socket": rec.socket, "start": 0, "end": duration, "seconds": duration,
                 "bytes": s_bytes if local_sender else r_bytes,
                 "bits_per_second": _rate(s_bytes if local_sender else r_bytes, duration),
-                "jitter_ms": jitter * 1000.0, "lost_packets": lost, "packets": packets_sent,
-                "lost_percent": 100.0 * lost / packets_sent if packets_sent else 0.0,
+                "jitter_ms": jitter * 1000.0, "lost_packets": lost, "packets": own,
+                "lost_percent": 100.0 * lost / own if own else 0.0,
                 "out_of_order": ooo, "sender": local_sender}})
             continue
         max_rtt, min_rtt, mean_rtt = rtt if local_sender else (0, 0, 0)
@@ -245,11 +248,12 @@ def build_document(start: StartInfo, records: list[StreamRecord], t0: float, t_e
         })
     end["streams"] = streams_out
     if udp:
-        lost_pct = 100.0 * lost_total / sent_packets if sent_packets else 0.0
+        own_total = sent_packets if local_sender else recv_packets
+        lost_pct = 100.0 * lost_total / own_total if own_total else 0.0
         jitter_ms = jitter_sum / len(records) * 1000.0 if records else 0.0
         end["sum"] = {"start": 0, "end": recv_end, "seconds": recv_end, "bytes": sent_bytes,
                       "bits_per_second": _rate(sent_bytes, recv_end), "jitter_ms": jitter_ms,
-                      "lost_packets": lost_total, "packets": sent_packets, "lost_percent": lost_pct,
+                      "lost_packets": lost_total, "packets": own_total, "lost_percent": lost_pct,
                       "sender": local_sender}
         end["sum_sent"] = {"start": 0, "end": sent_end, "seconds": sent_end, "bytes": sent_bytes,
                            "bits_per_second": _rate(sent_bytes, sent_end), "jitter_ms": 0, "lost_packets": 0,

@@ -40,6 +40,17 @@ def payload() -> bytes:
         return _payload
 
 
+def kernel_timeouts(sock: socket.socket, seconds: float) -> None:
+    """Blocking mode with SO_RCVTIMEO/SO_SNDTIMEO instead of Python's settimeout(): Python implements
+    settimeout with non-blocking I/O plus a poll() before every call, so each call returns as soon as the
+    socket buffer is full/empty. In blocking mode one send()/recv(MSG_WAITALL) moves the whole 1 MiB per
+    GIL release, which is what lets several streams run on several cores."""
+    sock.settimeout(None)
+    tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+
+
 class ByteBudget:
     """Bytes a whole test may still move (the responder's max_bytes, a client's `-n`); thread-safe."""
 
@@ -195,7 +206,7 @@ class Stream:
         # With a rate, write about 10 ms worth at a time so pacing stays smooth.
         chunk = TCP_CHUNK if rate_bytes <= 0 else int(min(TCP_CHUNK, max(1448, rate_bytes / 100)))
         deadline = self.settings.deadline
-        sock.settimeout(POLL)
+        kernel_timeouts(sock, POLL)
         while not stop.is_set():
             if deadline is not None and time.monotonic() >= deadline:
                 return
@@ -209,9 +220,6 @@ class Stream:
                 continue
             try:
                 sent = sock.send(data[:n])
-            except socket.timeout:
-                budget.give_back(n)
-                continue
             except OSError as exc:
                 budget.give_back(n)
                 if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS):
@@ -224,9 +232,11 @@ class Stream:
         sock, stop, budget = self.sock, self.stop_event, self.budget
         # MSG_TRUNC on a TCP socket makes Linux discard the data instead of copying it to us (tcp(7),
         # tcp_recvmsg: "if (!(flags & MSG_TRUNC)) copy"): the receiver's copy is most of its CPU.
+        # MSG_WAITALL: one call returns a whole chunk (or what came before SO_RCVTIMEO), not every skb.
         flags = getattr(socket, "MSG_TRUNC", 0)
+        waitall = getattr(socket, "MSG_WAITALL", 0)
         buf = _DISCARD if flags else bytearray(TCP_CHUNK)
-        sock.settimeout(POLL)
+        kernel_timeouts(sock, POLL)
         while not stop.is_set():
             counting = self.counting
             want = budget.take(TCP_CHUNK) if counting else TCP_CHUNK
@@ -235,11 +245,7 @@ class Stream:
                 stop.wait(POLL)
                 continue
             try:
-                got = sock.recv_into(buf, want, flags)
-            except socket.timeout:
-                if counting:
-                    budget.give_back(want)
-                continue
+                got = sock.recv_into(buf, want, flags | waitall)
             except OSError as exc:
                 if counting:
                     budget.give_back(want)
@@ -269,7 +275,7 @@ class Stream:
         buf = bytearray(payload()[:size].ljust(size, b"\0"))
         rate_bytes = self.settings.rate / 8.0
         deadline = self.settings.deadline
-        sock.settimeout(POLL)
+        kernel_timeouts(sock, POLL)
         while not stop.is_set():
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -287,9 +293,6 @@ class Stream:
             struct.pack_into(header, buf, 0, int(t) & 0xFFFFFFFF, int((t % 1) * 1e6), self.packets + 1)
             try:
                 sent = sock.send(buf)
-            except socket.timeout:
-                budget.give_back(size)
-                continue
             except OSError as exc:
                 budget.give_back(size)
                 if exc.errno in (errno.ENOBUFS, errno.EAGAIN, errno.EWOULDBLOCK, errno.ECONNREFUSED):
@@ -303,12 +306,10 @@ class Stream:
         header = "!IIQ" if self.settings.udp_counters_64bit else "!III"
         hsize = struct.calcsize(header)
         buf = bytearray(65536)
-        sock.settimeout(POLL)
+        kernel_timeouts(sock, POLL)
         while not stop.is_set():
             try:
                 got = sock.recv_into(buf)
-            except socket.timeout:
-                continue
             except OSError as exc:
                 if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.ECONNREFUSED):
                     continue

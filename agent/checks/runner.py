@@ -1,0 +1,110 @@
+"""The daemon's check service: every check at start-up, then periodically (path MTU less often)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from agent import config as configmod
+from agent.checks import CHECKS, is_slow, run_check
+from agent.checks.context import CheckContext, CounterSample, build_context
+from agent.models.checks import Verdict, worst
+from agent.readers.ethtool import EthtoolReader
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL = 300.0        # seconds between runs of the quick checks (a few ioctls and netlink reads)
+DEFAULT_SLOW_INTERVAL = 3600.0  # path MTU: probes and waits for silence, and the kernel caches PMTU 10 min
+
+# (counters from the previous run, or None at start-up) -> a fresh context
+ContextFactory = Callable[[Optional[dict[str, CounterSample]]], CheckContext]
+
+
+@dataclass(frozen=True)
+class CheckState:
+    """The latest verdicts, as one immutable object a scrape reads whole."""
+
+    verdicts: tuple[Verdict, ...] = ()
+    last_run: dict[str, float] = field(default_factory=dict)     # check -> unix time of its last run
+    durations: dict[str, float] = field(default_factory=dict)    # check -> seconds its last run took
+    runs: int = 0
+
+    def by_check(self, name: str) -> list[Verdict]:
+        return [v for v in self.verdicts if v.check == name]
+
+
+def daemon_context_factory(cfg: Callable[[], configmod.Config], interfaces: Callable[[], list[str]],
+                           instance: Callable[[], Any] = lambda: None,
+                           ethtool: Optional[EthtoolReader] = None) -> ContextFactory:
+    """Contexts over the real system for the daemon: its current config and interfaces, the instance
+    it discovered at start-up (an InstanceInfo or InstanceFacts; None: the config and the catalogue,
+    never a new IMDS discovery), and one shared ethtool reader. The first run reads counters twice
+    1 s apart; later runs compare with the previous run's reading ("rising" = since the last run)."""
+    def make(before: Optional[dict[str, CounterSample]]) -> CheckContext:
+        return build_context(cfg(), ethtool=ethtool, instance=instance(), discover=False,
+                             interfaces=list(interfaces()), before=before, window=0.0 if before else 1.0)
+
+    return make
+
+
+class CheckRunner:
+    """A daemon service (name, start, stop): runs the checks on a thread and keeps the latest verdicts."""
+
+    name = "checks"
+
+    def __init__(self, context_factory: ContextFactory, interval: float = DEFAULT_INTERVAL,
+                 slow_interval: float = DEFAULT_SLOW_INTERVAL, wall: Callable[[], float] = time.time) -> None:
+        self.context_factory = context_factory
+        self.interval = interval
+        self.slow_interval = slow_interval
+        self.wall = wall
+        self.state = CheckState()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._counters: Optional[dict[str, CounterSample]] = None
+        self._last_slow: Optional[float] = None
+
+    def run_once(self, include_slow: bool = True) -> CheckState:
+        """One round: build a context, run the checks due, publish a new CheckState."""
+        ctx = self.context_factory(self._counters)
+        self._counters = ctx.after or None
+        old = self.state
+        verdicts = {name: old.by_check(name) for name in CHECKS}
+        last_run, durations = dict(old.last_run), dict(old.durations)
+        for name in CHECKS:
+            if is_slow(name) and not include_slow:
+                continue
+            if self._stop.is_set():
+                break
+            found, seconds = run_check(name, ctx)
+            verdicts[name] = found
+            last_run[name] = self.wall()
+            durations[name] = seconds
+        if include_slow:
+            self._last_slow = time.monotonic()
+        flat = tuple(v for name in CHECKS for v in verdicts[name])
+        self.state = CheckState(flat, last_run, durations, old.runs + 1)
+        bad = [f"{v.check}/{v.interface or '-'}={v.status}" for v in flat if v.status in ("warn", "fail")]
+        log.info("checks: %s%s", worst(flat), (" (" + ", ".join(bad) + ")") if bad else "")
+        return self.state
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            slow = self._last_slow is None or time.monotonic() - self._last_slow >= self.slow_interval
+            try:
+                self.run_once(include_slow=slow)
+            except Exception:
+                log.exception("check round failed")
+            self._stop.wait(self.interval)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="checks", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

@@ -1,0 +1,61 @@
+"""Prometheus view of the probe responder: tests served, refusals and drops by reason, bytes moved."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from agent.probes.iperf3.server import ResponderSnapshot
+
+NS = "burstwatch"
+
+
+class ResponderView:
+    """Renders `ResponderStats.snapshot()`; takes the snapshot function so a scrape never touches sockets."""
+
+    def __init__(self, snapshot: Callable[[], Optional[ResponderSnapshot]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        snap = self._snapshot()
+        if snap is None:
+            return
+        yield GaugeMetricFamily(f"{NS}_responder_listening", "1 when the responder is bound to its port and "
+                                "accepting tests (0: disabled, or the port could not be bound).",
+                                value=1.0 if snap.listening else 0.0)
+        yield GaugeMetricFamily(f"{NS}_responder_busy", "1 while a test is running (others get \"busy\").",
+                                value=1.0 if snap.busy else 0.0)
+        yield GaugeMetricFamily(f"{NS}_responder_allowed_networks", "Source networks allowed to run tests.",
+                                value=float(len(snap.allowed_networks)))
+        yield CounterMetricFamily(f"{NS}_responder_connections", "TCP connections accepted (control and data).",
+                                  value=snap.connections)
+        tests = CounterMetricFamily(f"{NS}_responder_tests", "Tests that started (cookie and parameters "
+                                    "accepted), by result: completed (results exchanged) or aborted.",
+                                    labels=["result"])
+        for result, n in sorted(snap.tests.items()):
+            tests.add_metric([result], n)
+        yield tests
+        refused = CounterMetricFamily(f"{NS}_responder_refused", "Tests refused, by reason: not_allowed "
+                                      "(source outside the allow list), busy, rate_limited (max_tests_per_hour), "
+                                      "duration, streams, bytes (over the caps), unsupported.",
+                                      labels=["reason"])
+        for reason, n in sorted(snap.refused.items()):
+            refused.add_metric([reason], n)
+        yield refused
+        dropped = CounterMetricFamily(f"{NS}_responder_dropped", "Connections or tests dropped for protocol "
+                                      "trouble, by reason: timeout (a state took too long), garbage, closed, "
+                                      "terminated (the client gave up), stream_error, overload.",
+                                      labels=["reason"])
+        for reason, n in sorted(snap.dropped.items()):
+            dropped.add_metric([reason], n)
+        yield dropped
+        nbytes = CounterMetricFamily(f"{NS}_responder_bytes", "Test payload bytes: in = received by the "
+                                     "responder, out = sent by it (counts a running test as it goes).",
+                                     labels=["direction"])
+        for direction in ("in", "out"):
+            nbytes.add_metric([direction], snap.bytes.get(direction, 0))
+        yield nbytes
+        yield GaugeMetricFamily(f"{NS}_responder_last_test_timestamp_seconds", "Unix time the last test ended "
+                                "(0: none yet).", value=snap.last_test_timestamp)

@@ -1,0 +1,307 @@
+"""`burstwatch probe` and `burstwatch responder`: one iperf3-compatible test, or a standalone responder."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import signal
+import sys
+from typing import Any, Optional, TextIO
+
+from agent import config as configmod
+from agent.probes.iperf3.client import ProbeError, ProbeRequest, run_probe, validate
+from agent.probes.iperf3.protocol import DEFAULT_PORT
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def split_target(target: str) -> tuple[str, Optional[int]]:
+    """'host' -> (host, None); 'host:5202' -> (host, 5202); '[fe80::1]:5202' and bare IPv6 work too.
+    Raises ValueError on an empty host or a bad port."""
+    target = target.strip()
+    if target.startswith("["):
+        host, sep, rest = target[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"{target!r}: unbalanced IPv6 bracket")
+        port_text = rest[1:] if rest else None
+    elif target.count(":") == 1:
+        host, _, port_text = target.partition(":")
+    else:
+        host, port_text = target, None  # a name, an IPv4 address or a bare IPv6 address
+    if not host:
+        raise ValueError(f"{target!r} has no host")
+    if port_text is None:
+        return host, None
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"{target!r}: port must be 1..65535")
+    return host, int(port_text)
+
+
+def parse_bitrate(text: str) -> int:
+    """iperf3's -b syntax: bits per second with an optional K, M or G (powers of 1000): '100M' -> 10**8.
+    For argparse `type=`: raises ValueError (argparse turns it into a usage error)."""
+    text = text.strip()
+    scale = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}.get(text[-1:].lower(), 1)
+    number = text[:-1] if scale != 1 else text
+    value = float(number)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"bitrate {text!r} is not a non-negative number")
+    return int(value * scale)
+
+
+def add_probe_arguments(sp: argparse.ArgumentParser) -> None:
+    """The `probe` subcommand's arguments (contract.md names plus iperf3's short options)."""
+    sp.add_argument("target", metavar="TARGET", help="host, host:port or [v6addr]:port of an iperf3 server "
+                    "or a burstwatch responder")
+    sp.add_argument("--port", "-p", type=int, default=None, help=f"server port ({DEFAULT_PORT}; a port in "
+                    "TARGET wins)")
+    sp.add_argument("--streams", "-P", type=int, default=4, help="parallel streams (4)")
+    sp.add_argument("--time", "-t", type=float, default=5.0, help="seconds to transmit (5)")
+    sp.add_argument("--reverse", "-R", action="store_true", help="the server sends, we receive")
+    sp.add_argument("--udp", "-u", action="store_true", help="UDP: jitter and loss (1 Mbit/s per stream "
+                    "unless --bitrate)")
+    sp.add_argument("--bitrate", "-b", type=parse_bitrate, default=None, metavar="RATE",
+                    help="bits/s per stream, K/M/G suffixes (iperf3 -b); default unlimited for TCP")
+    sp.add_argument("--interval", "-i", type=float, default=1.0, help="seconds between interval reports (1)")
+    sp.add_argument("--connect-timeout", type=float, default=5.0, metavar="SECONDS",
+                    help="give up connecting after this long (5)")
+    sp.add_argument("--json", "-J", action="store_true", help="print iperf3's JSON document")
+
+
+def add_responder_arguments(sp: argparse.ArgumentParser) -> None:
+    """The `responder` subcommand's arguments (besides --config, which build_parser adds)."""
+    sp.add_argument("--listen", metavar="HOST:PORT", default=None, help="overrides [responder] listen")
+    sp.add_argument("--allow", metavar="CIDR", action="append", default=None,
+                    help="a source network allowed to test (repeatable); overrides [responder] allow")
+
+
+# -- human output, in iperf3's layout --------------------------------------------------------------------
+
+def _unit(value: float, unit: str) -> str:
+    # iperf3's unit_snprintf: two decimals below 10, one below 100, none above.
+    if value < 9.995:
+        return f"{value:4.2f} {unit}"
+    if value < 99.95:
+        return f"{value:4.1f} {unit}"
+    return f"{value:4.0f} {unit}"
+
+
+def fmt_bytes(n: float) -> str:
+    """iperf3's adaptive byte unit (powers of 1024): '1.17 GBytes'."""
+    for unit, scale in (("GBytes", 1024 ** 3), ("MBytes", 1024 ** 2), ("KBytes", 1024)):
+        if n >= scale:
+            return _unit(n / scale, unit)
+    return f"{n:.0f} Bytes"
+
+
+def fmt_rate(bps: float) -> str:
+    """iperf3's adaptive bit rate (powers of 1000): '9.41 Gbits/sec'."""
+    for unit, scale in (("Gbits/sec", 1e9), ("Mbits/sec", 1e6), ("Kbits/sec", 1e3)):
+        if bps >= scale:
+            return _unit(bps / scale, unit)
+    return f"{bps:.0f} bits/sec"
+
+
+def render_text(doc: dict[str, Any], out: TextIO) -> None:
+    start, end = doc["start"], doc["end"]
+    ts = start["test_start"]
+    udp = ts["protocol"] == "UDP"
+    conn = start["connecting_to"]
+    out.write(f"Connecting to host {conn['host']}, port {conn['port']}\n")
+    if ts["reverse"]:
+        out.write(f"Reverse mode, remote host {conn['host']} is sending\n")
+    for c in start["connected"]:
+        out.write(f"[{c['socket']:3d}] local {c['local_host']} port {c['local_port']} connected to "
+                  f"{c['remote_host']} port {c['remote_port']}\n")
+    sender_side = not ts["reverse"]
+    if udp:
+        header = ("Total Datagrams" if sender_side else "Jitter    Lost/Total Datagrams")
+    else:
+        header = "Retr  Cwnd" if sender_side else ""
+    out.write(f"[ ID] Interval           Transfer     Bitrate         {header}\n".rstrip() + "\n")
+    multi = len(start["connected"]) > 1
+    for i, iv in enumerate(doc["intervals"]):
+        if multi and i:
+            out.write("- - - - - - - - - - - - - - - - - - - - - - - - -\n")
+        rows = list(iv["streams"]) + ([dict(iv["sum"], socket="SUM")] if multi else [])
+        for row in rows:
+            out.write(_interval_line(row, udp) + "\n")
+    out.write("- - - - - - - - - - - - - - - - - - - - - - - - -\n")
+    out.write("[ ID] Interval           Transfer     Bitrate         " +
+              ("Jitter    Lost/Total Datagrams\n" if udp else "Retr\n"))
+    for s in end["streams"]:
+        if udp:
+            u = s["udp"]
+            out.write(_summary_line(u["socket"], u, "", f"  {u['jitter_ms']:.3f} ms  {u['lost_packets']}/"
+                                    f"{u['packets']} ({u['lost_percent']:.2g}%)") + "\n")
+        else:
+            out.write(_summary_line(s["sender"]["socket"], s["sender"], "sender",
+                                    f"  {s['sender'].get('retransmits', 0):4d}") + "\n")
+            out.write(_summary_line(s["receiver"]["socket"], s["receiver"], "receiver", "      ") + "\n")
+    sent, recv = end["sum_sent"], end["sum_received"]
+    if udp:
+        out.write(_summary_line("SUM", sent, "sender", f"  {0.0:.3f} ms  0/{sent['packets']} (0%)") + "\n")
+        out.write(_summary_line("SUM", recv, "receiver", f"  {recv['jitter_ms']:.3f} ms  {recv['lost_packets']}/"
+                                f"{recv['packets']} ({recv['lost_percent']:.2g}%)") + "\n")
+    else:
+        out.write(_summary_line("SUM", sent, "sender", f"  {sent.get('retransmits', 0):4d}") + "\n")
+        out.write(_summary_line("SUM", recv, "receiver", "      ") + "\n")
+    cpu = end.get("cpu_utilization_percent")
+    if cpu:
+        out.write(f"CPU Utilization: local/{'sender' if sender_side else 'receiver'} {cpu['host_total']:.1f}% "
+                  f"({cpu['host_user']:.1f}%u/{cpu['host_system']:.1f}%s), remote/"
+                  f"{'receiver' if sender_side else 'sender'} {cpu['remote_total']:.1f}% "
+                  f"({cpu['remote_user']:.1f}%u/{cpu['remote_system']:.1f}%s)\n")
+    rtt = end.get("burstwatch", {}).get("rtt_us")
+    if rtt:
+        out.write(f"RTT ({rtt['source']}): min {rtt['min'] / 1000:.3f} ms, mean {rtt['mean'] / 1000:.3f} ms, "
+                  f"max {rtt['max'] / 1000:.3f} ms\n")
+    out.write("\nburstwatch probe done.\n")
+
+
+def _label(sock: Any) -> str:
+    return f"[{sock:>3}]" if isinstance(sock, str) else f"[{sock:3d}]"
+
+
+def _interval_line(row: dict[str, Any], udp: bool) -> str:
+    line = (f"{_label(row['socket'])} {row['start']:6.2f}-{row['end']:<6.2f} sec  {fmt_bytes(row['bytes']):>11}  "
+            f"{fmt_rate(row['bits_per_second']):>15}")
+    if udp and "jitter_ms" in row:
+        line += f"  {row['jitter_ms']:.3f} ms  {row['lost_packets']}/{row['packets']} ({row['lost_percent']:.2g}%)"
+    elif udp:
+        line += f"  {row.get('packets', 0)}"
+    elif "retransmits" in row:
+        line += f"  {row['retransmits']:4d}"
+        if "snd_cwnd" in row:
+            line += f"   {fmt_bytes(row['snd_cwnd'])}"
+    return line
+
+
+def _summary_line(sock: Any, row: dict[str, Any], role: str, extra: str) -> str:
+    return (f"{_label(sock)} {row['start']:6.2f}-{row['end']:<6.2f} sec  {fmt_bytes(row['bytes']):>11}  "
+            f"{fmt_rate(row['bits_per_second']):>15}{extra}  {role}").rstrip()
+
+
+# -- commands --------------------------------------------------------------------------------------------
+
+def _opt(args: argparse.Namespace, name: str, default: Any) -> Any:
+    value = getattr(args, name, None)
+    return default if value is None else value
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Run one probe; exit 0 on success, 1 when the probe failed (the message names the peer), 2 on usage
+    errors. Reads args.target, port, streams, time, reverse, json and, when the parser has them, udp,
+    bitrate, interval and connect_timeout."""
+    try:
+        host, target_port = split_target(args.target)
+    except ValueError as exc:
+        print(f"burstwatch probe: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    port = getattr(args, "port", None)
+    if target_port is not None and port not in (None, DEFAULT_PORT, target_port):
+        print(f"burstwatch probe: {args.target!r} names port {target_port} but --port says {port}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    req = ProbeRequest(host=host, port=target_port or port or DEFAULT_PORT, streams=_opt(args, "streams", 4),
+                       duration=float(_opt(args, "time", 5.0)), reverse=bool(getattr(args, "reverse", False)),
+                       udp=bool(getattr(args, "udp", False)), bitrate=getattr(args, "bitrate", None),
+                       interval=float(_opt(args, "interval", 1.0)),
+                       connect_timeout=float(_opt(args, "connect_timeout", 5.0)))
+    problem = validate(req)
+    if problem:
+        print(f"burstwatch probe: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        doc = run_probe(req)
+    except ProbeError as exc:
+        if getattr(args, "json", False):
+            # iperf3 --json prints {"error": ...} on failure; tooling that parses stdout keeps working.
+            json.dump({"start": {}, "intervals": [], "end": {}, "error": str(exc)}, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        print(f"burstwatch probe: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if getattr(args, "json", False):
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_text(doc, sys.stdout)
+    return EXIT_OK
+
+
+def vpc_cidrs_from_imds(cfg: configmod.Config) -> list[str]:
+    """The VPC CIDRs of every attached ENI, from IMDS (empty when IMDS is off or unreachable)."""
+    if not cfg.imds.enabled:
+        return []
+    from agent.readers.imds import ImdsClient, ImdsError, parse_eni, read_enis
+
+    client = ImdsClient(cfg.imds.endpoint, timeout=cfg.imds.timeout, retries=cfg.imds.retries,
+                        allow_imdsv1=cfg.imds.allow_imdsv1)
+    try:
+        enis = [parse_eni(mac, values) for mac, values in read_enis(client).items()]
+    except ImdsError as exc:
+        log.info("responder: IMDS gave no VPC CIDRs (%s)", exc)
+        return []
+    out: list[str] = []
+    for eni in enis:
+        out.extend(c for c in eni.vpc_ipv4_cidr_blocks if c not in out)
+    return out
+
+
+def cmd_responder(args: argparse.Namespace) -> int:
+    """`burstwatch responder [--config PATH] [--listen HOST:PORT] [--allow CIDR ...]`: serve tests in the
+    foreground until SIGINT/SIGTERM. Exit 0 after a clean stop, 1 when the port cannot be bound, 2 on
+    usage/config errors."""
+    from agent.probes.iperf3.server import Responder, resolve_allow
+
+    try:
+        cfg = configmod.load(getattr(args, "config", None))
+    except configmod.ConfigError as exc:
+        print(f"burstwatch responder: config error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    rcfg = cfg.responder
+    listen = getattr(args, "listen", None)
+    if listen:
+        problem = configmod.check_hostport(listen)
+        if problem:
+            print(f"burstwatch responder: --listen {problem}", file=sys.stderr)
+            return EXIT_USAGE
+        rcfg = dataclasses.replace(rcfg, listen=listen)
+    allow_args = getattr(args, "allow", None)
+    if allow_args:
+        problem = configmod.check_cidrs(list(allow_args))
+        if problem:
+            print(f"burstwatch responder: --allow {problem}", file=sys.stderr)
+            return EXIT_USAGE
+        rcfg = dataclasses.replace(rcfg, allow=list(allow_args))
+    if not logging.getLogger().handlers:
+        logging.basicConfig(stream=sys.stderr, level=cfg.log_level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    allow = resolve_allow(rcfg.allow, lambda: vpc_cidrs_from_imds(cfg))
+    responder = Responder(rcfg, allow)
+    try:
+        responder.bind()
+    except OSError as exc:
+        print(f"burstwatch responder: cannot listen on {rcfg.listen}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+    def on_term(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        responder.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        responder.stop(5.0)
+    snap = responder.stats.snapshot()
+    log.info("responder stopped: %d tests completed, %d aborted, %d refused", snap.tests["completed"],
+             snap.tests["aborted"], sum(snap.refused.values()))
+    return EXIT_OK

@@ -1,0 +1,166 @@
+"""`burstwatch cloudwatch alarms`: printed, created as printed on moto, on metrics that exist, and in docs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.exporters.cloudwatch_alarms import (
+    ALARMS,
+    add_arguments,
+    alarm_params,
+    alarm_period,
+    cloudformation,
+    cmd_cloudwatch,
+)
+from tests.exporters.test_cloudwatch import IID, ITYPE, cw_client, make_publisher, reading, snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPIC = "arn:aws:sns:us-east-1:123456789012:burst-alerts"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="burstwatch cloudwatch")
+    add_arguments(p)
+    return p.parse_args(argv)
+
+
+def write_config(tmp_path: Path, endpoint: str, extra: str = "") -> Path:
+    cfg = tmp_path / "burstwatch.toml"
+    cfg.write_text(f'[cloudwatch]\nenabled = true\nregion = "us-east-1"\nendpoint_url = "{endpoint}"\n{extra}')
+    return cfg
+
+
+def test_alarms_are_created_as_printed(moto: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path, moto, 'dimensions = { Environment = "prod" }\n')
+    args = parse(["alarms", "--config", str(cfg), "--json", "--apply", "--instance-id", IID,
+                  "--instance-type", ITYPE, "--autoscaling-group", "web-asg", "--sns-topic", TOPIC])
+    assert cmd_cloudwatch(args) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert len(printed) == len(ALARMS) * 2 == 6
+
+    described = {a["AlarmName"]: a for a in
+                 cw_client(moto).describe_alarms(AlarmNamePrefix=f"burstwatch-{IID}-")["MetricAlarms"]}
+    assert sorted(described) == sorted(a["AlarmName"] for a in printed)
+    for want in printed:
+        got = described[want["AlarmName"]]
+        for key, value in want.items():
+            assert got[key] == value, (want["AlarmName"], key)
+    exhaustion_in = described[f"burstwatch-{IID}-credit-exhaustion-in"]
+    assert (exhaustion_in["MetricName"], exhaustion_in["Statistic"], exhaustion_in["Threshold"],
+            exhaustion_in["ComparisonOperator"]) == ("CreditExhaustionSeconds", "Minimum", 600.0,
+                                                     "LessThanThreshold")
+    low = described[f"burstwatch-{IID}-credit-low-out"]
+    assert (low["MetricName"], low["Threshold"]) == ("CreditRemainingRatio", 0.2)
+    shaping = described[f"burstwatch-{IID}-shaping-in"]
+    assert (shaping["MetricName"], shaping["Statistic"], shaping["ComparisonOperator"], shaping["Threshold"],
+            shaping["TreatMissingData"]) == ("ShapingEvents", "Sum", "GreaterThanThreshold", 0.0, "notBreaching")
+    assert exhaustion_in["Dimensions"] == [
+        {"Name": "InstanceId", "Value": IID}, {"Name": "InstanceType", "Value": ITYPE},
+        {"Name": "AutoScalingGroupName", "Value": "web-asg"}, {"Name": "Environment", "Value": "prod"},
+        {"Name": "Direction", "Value": "in"}]
+    assert exhaustion_in["AlarmActions"] == exhaustion_in["OKActions"] == [TOPIC]
+
+
+def test_alarms_watch_the_metrics_the_publisher_sends(moto: str) -> None:
+    """CloudWatch matches an alarm's dimensions exactly: each alarm must name a published metric."""
+    pub = make_publisher(moto, dimensions={"Environment": "prod"}, autoscaling_group="web-asg")
+    pub.start()
+    base = math.floor(time.time() / 60) * 60 - 120
+    credits = {d: reading(d, 0.1, 300.0, 1e9) for d in ("in", "out")}
+    pub.observe(snapshot(base, credits, {"in": 1e9, "out": 1e9}, {"in": 0, "out": 0}))
+    pub.observe(snapshot(base + 1, credits, {"in": 1e9, "out": 1e9}, {"in": 5, "out": 9}))
+    pub.stop(1.5)
+    listed = {(m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"]))
+              for m in cw_client(moto).list_metrics(Namespace="Burstwatch")["Metrics"]}
+    for a in alarm_params("Burstwatch", pub.dims, 60, IID):
+        assert (a["MetricName"], tuple((d["Name"], d["Value"]) for d in a["Dimensions"])) in listed, a["AlarmName"]
+
+
+def test_text_output_without_apply_creates_nothing(moto: str, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path, moto, "period = 1\n")
+    imds = {"meta-data/instance-id": IID, "meta-data/instance-type": ITYPE,
+            "meta-data/placement/region": "us-east-1", "meta-data/tags/instance": "Name"}
+    assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg)]), imds_get=imds.get) == 0
+    out = capsys.readouterr().out
+    assert f"burstwatch-{IID}-credit-exhaustion-in" in out
+    assert "Minimum(Burstwatch/CreditExhaustionSeconds) < 600 over 60s" in out   # 1 s data, 60 s alarms
+    assert "Minimum(Burstwatch/CreditRemainingRatio) < 0.2" in out
+    assert "Sum(Burstwatch/ShapingEvents) > 0" in out
+    assert "AutoScalingGroupName" not in out         # IMDS tags are visible and name no group
+    assert cw_client(moto).describe_alarms()["MetricAlarms"] == []
+
+
+def test_no_instance_means_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path, "http://127.0.0.1:9")
+    assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg)])) == 2
+    assert "--instance-id" in capsys.readouterr().err
+
+
+def test_alarm_periods() -> None:
+    assert [alarm_period(p) for p in (1, 10, 60, 90, 300)] == [60, 60, 60, 120, 300]
+
+
+def _load_cfn(text: str) -> Any:
+    try:
+        import yaml
+    except ImportError:
+        pytest.fail("python3-yaml missing: `make test-deps` installs it")
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def tag(loader: Any, suffix: str, node: Any) -> Any:   # !Ref, !Sub, !If ... as {"Ref": ...}
+        if isinstance(node, yaml.ScalarNode):
+            value: Any = loader.construct_scalar(node)
+        elif isinstance(node, yaml.SequenceNode):
+            value = loader.construct_sequence(node, deep=True)
+        else:
+            value = loader.construct_mapping(node, deep=True)
+        return {suffix: value}
+
+    Loader.add_multi_constructor("!", tag)
+    return yaml.load(text, Loader=Loader)
+
+
+def test_cloudformation_template_matches_the_api_alarms() -> None:
+    tpl = _load_cfn(cloudformation("Burstwatch", 60, {"Environment": "prod"}))
+    resources = tpl["Resources"]
+    api = {a["AlarmName"].replace(f"burstwatch-{IID}-", ""): a
+           for a in alarm_params("Burstwatch", (("InstanceId", IID), ("InstanceType", ITYPE),
+                                                ("Environment", "prod")), 60, IID)}
+    assert len(resources) == len(api) == 6
+    for res in resources.values():
+        assert res["Type"] == "AWS::CloudWatch::Alarm"
+        p = res["Properties"]
+        slug = p["AlarmName"]["Sub"].replace("burstwatch-${InstanceId}-", "")
+        want = api[slug]
+        for key in ("Namespace", "MetricName", "Statistic", "Period", "EvaluationPeriods", "DatapointsToAlarm",
+                    "Threshold", "ComparisonOperator", "TreatMissingData", "AlarmDescription"):
+            assert p[key] == want[key], (slug, key)
+        dims = p["Dimensions"]
+        assert dims[0] == {"Name": "InstanceId", "Value": {"Ref": "InstanceId"}}
+        assert dims[1] == {"Name": "InstanceType", "Value": {"Ref": "InstanceType"}}
+        assert dims[2]["If"][0] == "HasGroup"
+        assert dims[3:] == want["Dimensions"][2:]   # the extra dimensions, then Direction
+
+
+def test_docs_carry_the_generated_template() -> None:
+    doc = (ROOT / "docs" / "cloudwatch.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", doc, re.S)
+    assert cloudformation("Burstwatch", 60, {}) in blocks, \
+        "docs/cloudwatch.md is stale: paste `burstwatch cloudwatch alarms --cloudformation`"
+
+
+def test_cloudformation_flag_prints_the_template(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path, "http://127.0.0.1:9")
+    assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg), "--cloudformation"])) == 0
+    assert capsys.readouterr().out == cloudformation("Burstwatch", 60, {})

@@ -1,0 +1,128 @@
+"""Shared by the probe tests and the bench: Debian's iperf3 as a peer, and an in-process responder."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+import pytest
+
+from agent.config import ResponderConfig
+from agent.probes.iperf3.server import Responder, Timeouts
+
+# Short protocol timeouts so abuse tests take seconds, not minutes; the defaults are tested in unit tests.
+FAST = Timeouts(cookie=0.8, params=0.8, streams=2.0, stream_cookie=0.8, end_grace=2.0, send_slack=0.5,
+                results=2.0, done=1.0)
+
+
+def iperf3_bin() -> str:
+    path = shutil.which("iperf3")
+    if path is None:
+        pytest.fail("iperf3 is missing: `make test-deps` installs Debian's iperf3 (the interop peer)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def listening(port: int, netns: Optional[str] = None) -> bool:
+    """Whether something listens on TCP `port`, read from /proc/net/tcp{,6} (no connection is made: an
+    iperf3 server counts a probe connection as a failed test)."""
+    files = ["/proc/net/tcp", "/proc/net/tcp6"]
+    if netns:
+        text = subprocess.run(["ip", "netns", "exec", netns, "cat", *files], capture_output=True,
+                              text=True, check=False).stdout
+    else:
+        text = "".join(Path(f).read_text() for f in files if Path(f).exists())
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A" and fields[1].rsplit(":", 1)[-1] == f"{port:04X}":
+            return True
+    return False
+
+
+def wait_listening(port: int, netns: Optional[str] = None, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not listening(port, netns):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def iperf3_server(port: int, *extra: str, netns: Optional[str] = None,
+                  one_off: bool = False) -> Iterator[subprocess.Popen]:
+    """`iperf3 -s` (optionally `-1 --json`) on `port`; stdout goes to a temp file (`proc.output()`)."""
+    cmd = [iperf3_bin(), "-s", "-p", str(port), *(["-1"] if one_off else []), *extra]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    out = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_listening(port, netns)
+
+        def output(timeout: float = 10.0) -> str:
+            if one_off:
+                proc.wait(timeout)
+            out.seek(0)
+            return out.read()
+
+        proc.output = output  # type: ignore[attr-defined]
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        out.close()
+
+
+def iperf3_client(host: str, port: int, *extra: str, netns: Optional[str] = None,
+                  timeout: float = 60.0) -> subprocess.CompletedProcess:
+    cmd = [iperf3_bin(), "-c", host, "-p", str(port), *extra]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def iperf3_json(host: str, port: int, *extra: str, netns: Optional[str] = None) -> dict[str, Any]:
+    proc = iperf3_client(host, port, "--json", *extra, netns=netns)
+    doc = json.loads(proc.stdout)
+    if proc.returncode != 0 or "error" in doc:
+        raise AssertionError(f"iperf3 -c failed (rc {proc.returncode}): {doc.get('error')} {proc.stderr}")
+    return doc
+
+
+@contextlib.contextmanager
+def responder(allow: Sequence[str] = ("127.0.0.0/8",), timeouts: Timeouts = FAST,
+              **caps: Any) -> Iterator[Responder]:
+    """An in-process responder on a free loopback port; `caps` override ResponderConfig fields."""
+    cfg = ResponderConfig(listen=caps.pop("listen", "127.0.0.1:0"), **caps)
+    r = Responder(cfg, list(allow), timeouts=timeouts)
+    r.start()
+    assert r.stats.listening, "responder failed to bind"
+    try:
+        yield r
+    finally:
+        r.stop(5.0)
+
+
+def wait_until(cond: Any, timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout}s")
+        time.sleep(0.02)

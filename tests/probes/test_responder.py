@@ -1,0 +1,389 @@
+"""The responder: allow list, caps, rate limit, timeouts in every state, and abuse, over real sockets."""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import socket
+import struct
+import subprocess
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from agent.config import ResponderConfig
+from agent.exporters.responder import ResponderView
+from agent.probes.iperf3 import ProbeError, ProbeRequest, run_probe
+from agent.probes.iperf3 import protocol as p
+from agent.probes.iperf3.server import (
+    RateLimiter,
+    Refused,
+    Timeouts,
+    check_caps,
+    is_allowed,
+    resolve_allow,
+)
+from tests.probes.iperf3_helpers import iperf3_bin, iperf3_client, responder, wait_until
+
+
+# -- pure parts ----------------------------------------------------------------------------------------
+
+def test_resolve_allow() -> None:
+    assert [str(n) for n in resolve_allow(["10.1.0.0/16"], lambda: ["172.31.0.0/16"])] == ["10.1.0.0/16"]
+    assert [str(n) for n in resolve_allow(None, lambda: ["172.31.0.0/16"])] == ["172.31.0.0/16"]
+    assert [str(n) for n in resolve_allow(None, lambda: [])] == ["127.0.0.0/8", "::1/128"]
+
+    def broken() -> list[str]:
+        raise OSError("IMDS unreachable")
+
+    assert [str(n) for n in resolve_allow(None, broken)] == ["127.0.0.0/8", "::1/128"]
+    assert resolve_allow([], lambda: ["172.31.0.0/16"]) == []  # an explicit empty list allows nobody
+
+
+def test_is_allowed() -> None:
+    allow = [ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("fd00::/8")]
+    assert is_allowed("10.2.3.4", allow)
+    assert is_allowed("::ffff:10.2.3.4", allow)  # a dual-stack listener's view of an IPv4 client
+    assert is_allowed("fd00::1", allow)
+    assert not is_allowed("192.168.1.1", allow)
+    assert not is_allowed("::ffff:192.168.1.1", allow)
+    assert not is_allowed("not-an-ip", allow)
+
+
+def test_rate_limiter_slides_over_an_hour() -> None:
+    now = [1000.0]
+    rl = RateLimiter(2, clock=lambda: now[0])
+    assert rl.allow("10.0.0.1")
+    now[0] += 500
+    assert rl.allow("10.0.0.1")
+    assert not rl.allow("10.0.0.1")
+    assert rl.allow("10.0.0.2")  # per source
+    now[0] += 3099
+    assert not rl.allow("10.0.0.1")
+    now[0] += 2  # the first test is now more than an hour old, the second is not
+    assert rl.allow("10.0.0.1")
+    assert not rl.allow("10.0.0.1")
+
+
+CAPS = ResponderConfig(max_duration=30, max_streams=8, max_bytes=10**9, max_tests_per_hour=12)
+
+
+@pytest.mark.parametrize(("params", "reason"), [
+    (p.TestParams(duration=3600), "duration"),
+    (p.TestParams(duration=25, omit=10), "duration"),
+    (p.TestParams(num_streams=128), "streams"),
+    (p.TestParams(bytes=2 * 10**9, duration=0), "bytes"),
+    (p.TestParams(blocks=10**5, blksize=128 * 1024, duration=0), "bytes"),
+    (p.TestParams(protocol="udp", bandwidth=10**9, num_streams=8, duration=10, blksize=1460), "bytes"),
+    (p.TestParams(protocol="sctp"), "unsupported"),
+    (p.TestParams(bidirectional=True), "unsupported"),
+    (p.TestParams(blksize=64 * 1024 * 1024), "unsupported"),
+    (p.TestParams(protocol="udp", blksize=70000, bandwidth=1000), "unsupported"),
+])
+def test_caps_refuse(params: p.TestParams, reason: str) -> None:
+    with pytest.raises(Refused) as exc:
+        check_caps(params, CAPS)
+    assert exc.value.reason == reason
+
+
+@pytest.mark.parametrize("params", [
+    p.TestParams(duration=30, num_streams=8),
+    p.TestParams(duration=5, reverse=True, num_streams=1),
+    p.TestParams(duration=0, bytes=10**8),
+    p.TestParams(protocol="udp", bandwidth=10**6, num_streams=2, duration=10, blksize=1460, reverse=True),
+])
+def test_caps_allow(params: p.TestParams) -> None:
+    check_caps(params, CAPS)
+
+
+def test_every_state_has_a_timeout() -> None:
+    t = Timeouts()
+    for name in ("cookie", "params", "streams", "stream_cookie", "end_grace", "results", "done"):
+        assert 0 < getattr(t, name) <= 30, name
+
+
+# -- over sockets ----------------------------------------------------------------------------------------
+
+def probe(r: object, **kw: object) -> dict:
+    host, port = r.address  # type: ignore[attr-defined]
+    args: dict = {"streams": 2, "duration": 1.0}
+    args.update(kw)
+    return run_probe(ProbeRequest(host, port, **args))
+
+
+def test_probe_both_ways_and_counters() -> None:
+    with responder() as r:
+        fwd = probe(r, streams=2)
+        rev = probe(r, streams=2, reverse=True)
+        snap = r.stats.snapshot()
+    assert snap.tests == {"completed": 2, "aborted": 0}
+    # The responder counted exactly what it reported to the client.
+    assert snap.bytes["in"] == fwd["end"]["sum_received"]["bytes"] > 0
+    assert snap.bytes["out"] == rev["end"]["sum_sent"]["bytes"] > 0
+    assert not snap.busy and snap.listening
+    assert snap.last_test_timestamp > time.time() - 60
+
+
+def test_udp_both_ways() -> None:
+    with responder() as r:
+        fwd = probe(r, udp=True, bitrate=20_000_000, streams=2)
+        rev = probe(r, udp=True, bitrate=20_000_000, streams=1, reverse=True)
+    for doc in (fwd, rev):
+        recv = doc["end"]["sum_received"]
+        assert recv["packets"] > 0 and recv["lost_percent"] < 5
+        assert 0.8 * 20e6 * len(doc["end"]["streams"]) < recv["bits_per_second"] < 1.2 * 20e6 * len(
+            doc["end"]["streams"])
+
+
+def test_disallowed_source_gets_access_denied() -> None:
+    with responder(allow=["10.0.0.0/8"]) as r:
+        with pytest.raises(ProbeError) as exc:
+            probe(r)
+        out = iperf3_client("127.0.0.1", r.address[1], "-t", "1")
+        snap = r.stats.snapshot()
+    assert exc.value.kind == "refused"
+    assert "not in the responder's allow list" in str(exc.value)
+    assert str(exc.value).startswith(f"peer 127.0.0.1:{r.address[1]}: ")
+    assert out.returncode == 1 and "the server is busy running a test" in out.stderr  # ACCESS_DENIED's text
+    assert snap.refused["not_allowed"] == 2 and snap.tests["completed"] == 0
+
+
+def test_silent_client_does_not_hold_the_door() -> None:
+    with responder() as r:
+        silent = socket.create_connection(r.address)
+        t0 = time.monotonic()
+        doc = probe(r)  # runs while the silent connection still owes its cookie
+        assert doc["end"]["sum_received"]["bytes"] > 0
+        silent.settimeout(5)
+        assert silent.recv(1) == b""  # dropped after the cookie timeout (0.8 s)
+        assert time.monotonic() - t0 < 4
+        silent.close()
+        wait_until(lambda: r.stats.snapshot().dropped["timeout"] == 1, what="drop counted")
+        assert r.stats.snapshot().tests["completed"] == 1
+
+
+@pytest.mark.parametrize("junk", [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"x" * 20, bytes(range(37)),
+                                  b"\x00" * 37])
+def test_garbage_instead_of_a_cookie_is_dropped(junk: bytes) -> None:
+    with responder() as r:
+        s = socket.create_connection(r.address)
+        s.sendall(junk)
+        s.settimeout(3)
+        assert s.recv(16) == b""
+        s.close()
+        wait_until(lambda: r.stats.snapshot().dropped["garbage"] == 1, what="garbage drop")
+        probe(r, duration=0.5)  # the next test is not disturbed
+        assert r.stats.snapshot().tests == {"completed": 1, "aborted": 0}
+
+
+def handshake(addr: tuple[str, int]) -> p.Control:
+    """A hand-rolled client up to the parameter exchange."""
+    ctrl = p.Control(socket.create_connection(addr), "responder")
+    ctrl.send(p.make_cookie())
+    assert ctrl.recv_state(2.0) == p.PARAM_EXCHANGE
+    return ctrl
+
+
+@pytest.mark.parametrize(("send", "reason"), [
+    (struct.pack("!I", 0x7FFFFFFF), "garbage"),                   # a 2 GiB message is refused unread
+    (struct.pack("!I", 5) + b"nope!", "garbage"),                  # not JSON
+    (p.encode_message({"tcp": True, "time": "ten"}), "garbage"),   # JSON, wrong types
+    (struct.pack("!I", 100) + b"{", "timeout"),                    # a message that never finishes
+    (b"", "timeout"),                                              # silence after PARAM_EXCHANGE
+])
+def test_bad_parameters_are_dropped(send: bytes, reason: str) -> None:
+    with responder() as r:
+        ctrl = handshake(r.address)
+        if send:
+            ctrl.send(send)
+        ctrl.sock.settimeout(4)
+        assert ctrl.sock.recv(16) == b""
+        ctrl.sock.close()
+        wait_until(lambda: r.stats.snapshot().dropped[reason] == 1, what=f"{reason} drop")
+        assert not r.stats.snapshot().busy
+        probe(r, duration=0.5)
+
+
+def test_wrong_stream_cookie_and_client_terminate() -> None:
+    with responder() as r:
+        ctrl = handshake(r.address)
+        ctrl.send_message(p.TestParams(duration=1, num_streams=1).to_json())
+        assert ctrl.recv_state(2.0) == p.CREATE_STREAMS
+        intruder = socket.create_connection(r.address)
+        intruder.sendall(p.make_cookie())  # right source, wrong cookie
+        intruder.settimeout(3)
+        assert intruder.recv(1) == p.encode_state(p.ACCESS_DENIED)
+        intruder.close()
+        ctrl.send_state(p.CLIENT_TERMINATE)
+        wait_until(lambda: r.stats.snapshot().dropped["terminated"] == 1, what="terminate")
+        ctrl.sock.close()
+        assert r.stats.snapshot().tests["aborted"] == 1
+        probe(r, duration=0.5)
+
+
+def test_streams_that_never_come_time_out() -> None:
+    with responder() as r:
+        ctrl = handshake(r.address)
+        ctrl.send_message(p.TestParams(duration=1, num_streams=4).to_json())
+        assert ctrl.recv_state(2.0) == p.CREATE_STREAMS
+        t0 = time.monotonic()
+        ctrl.sock.settimeout(5)
+        assert ctrl.sock.recv(16) == b""  # dropped after Timeouts.streams (2 s)
+        assert 1.5 < time.monotonic() - t0 < 4
+        ctrl.sock.close()
+        wait_until(lambda: r.stats.snapshot().dropped["timeout"] == 1, what="streams timeout")
+
+
+def test_missing_test_end_aborts_and_the_sender_stops() -> None:
+    """A reverse test whose client never says TEST_END: the responder stops sending at the test's length
+    (+ send_slack) and gives up at the length + end_grace."""
+    with responder() as r:
+        cookie = p.make_cookie()
+        ctrl = p.Control(socket.create_connection(r.address), "responder")
+        ctrl.send(cookie)
+        assert ctrl.recv_state(2.0) == p.PARAM_EXCHANGE
+        ctrl.send_message(p.TestParams(duration=1, num_streams=1, reverse=True).to_json())
+        assert ctrl.recv_state(2.0) == p.CREATE_STREAMS
+        data = socket.create_connection(r.address)
+        data.sendall(cookie)
+        assert ctrl.recv_state(2.0) == p.TEST_START
+        assert ctrl.recv_state(2.0) == p.TEST_RUNNING
+        t0 = time.monotonic()
+        got = 0
+        last_data = t0
+        data.settimeout(0.2)
+        while time.monotonic() - t0 < 5:
+            try:
+                chunk = data.recv(1 << 20)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            got += len(chunk)
+            last_data = time.monotonic()
+        ctrl.sock.settimeout(1)
+        assert ctrl.sock.recv(16) == b""  # the control connection was dropped
+        assert got > 0
+        assert last_data - t0 < 1 + 0.5 + 0.5  # duration + send_slack + scheduling slack
+        wait_until(lambda: r.stats.snapshot().dropped["timeout"] >= 1, what="TEST_END timeout")
+        assert r.stats.snapshot().tests["aborted"] == 1
+        data.close()
+        ctrl.sock.close()
+
+
+def test_second_client_while_busy() -> None:
+    with responder() as r:
+        first = subprocess.Popen([iperf3_bin(), "-c", "127.0.0.1", "-p", str(r.address[1]), "-t", "2", "-P", "2"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: r.stats.snapshot().busy, what="first test running")
+            with pytest.raises(ProbeError) as exc:
+                probe(r)
+            second = iperf3_client("127.0.0.1", r.address[1], "-t", "1")
+        finally:
+            out, err = first.communicate(timeout=20)
+        snap = r.stats.snapshot()
+    assert exc.value.kind == "busy" and "busy running a test" in str(exc.value)
+    assert second.returncode == 1 and "the server is busy running a test" in second.stderr
+    assert first.returncode == 0, err
+    assert snap.refused["busy"] == 2 and snap.tests["completed"] == 1
+
+
+def test_caps_are_refused_with_a_reason() -> None:
+    with responder(max_duration=10, max_streams=4) as r:
+        long = iperf3_client("127.0.0.1", r.address[1], "-t", "3600")
+        wide = iperf3_client("127.0.0.1", r.address[1], "-t", "1", "-P", "128")
+        with pytest.raises(ProbeError) as exc:
+            probe(r, duration=3600)
+        snap = r.stats.snapshot()
+    for out in (long, wide):
+        assert out.returncode == 1 and "test authorization failed" in out.stderr, out.stderr
+    assert exc.value.kind == "refused" and "exceeds max_duration 10s" in str(exc.value)
+    assert snap.refused["duration"] == 2 and snap.refused["streams"] == 1
+    assert snap.tests == {"completed": 0, "aborted": 0}
+
+
+def test_byte_cap_bounds_what_the_responder_sends_and_takes() -> None:
+    cap = 64 * 1024 * 1024
+    with responder(max_bytes=cap) as r:
+        rev = probe(r, streams=4, reverse=True, duration=1.5)
+        fwd = probe(r, streams=4, duration=1.5)
+        snap = r.stats.snapshot()
+    # Loopback moves far more than 64 MiB in 1.5 s, so both directions hit the cap.
+    assert rev["end"]["sum_sent"]["bytes"] == cap
+    assert snap.bytes["out"] == cap
+    assert fwd["end"]["sum_received"]["bytes"] == cap == snap.bytes["in"]
+    assert fwd["end"]["sum_sent"]["bytes"] > cap  # what sat in socket buffers when the responder stopped reading
+    assert snap.tests["completed"] == 2
+
+
+def test_rate_limit_per_source() -> None:
+    with responder(max_tests_per_hour=2) as r:
+        probe(r, duration=0.3, streams=1)
+        probe(r, duration=0.3, streams=1)
+        with pytest.raises(ProbeError) as exc:
+            probe(r, duration=0.3, streams=1)
+        snap = r.stats.snapshot()
+    assert exc.value.kind == "refused" and "max_tests_per_hour" in str(exc.value)
+    assert snap.refused["rate_limited"] == 1 and snap.tests["completed"] == 2
+
+
+def test_client_killed_mid_test_then_next_test_runs() -> None:
+    with responder() as r:
+        victim = subprocess.Popen([iperf3_bin(), "-c", "127.0.0.1", "-p", str(r.address[1]), "-t", "5"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: r.stats.snapshot().busy, what="victim running")
+        time.sleep(0.3)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(5)
+        wait_until(lambda: not r.stats.snapshot().busy, timeout=3, what="abort after the client died")
+        probe(r, duration=0.5)
+        snap = r.stats.snapshot()
+    assert snap.tests == {"completed": 1, "aborted": 1}
+    assert snap.dropped["closed"] == 1
+
+
+def test_stop_during_a_test_is_prompt() -> None:
+    with responder() as r:
+        proc = subprocess.Popen([iperf3_bin(), "-c", "127.0.0.1", "-p", str(r.address[1]), "-t", "10", "-R"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: r.stats.snapshot().busy, what="test running")
+            t0 = time.monotonic()
+            r.stop(5.0)
+            assert time.monotonic() - t0 < 3
+            assert proc.wait(10) != 0  # the client saw its server go away
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert not r.stats.snapshot().listening
+
+
+def test_port_in_use_is_a_metric_not_a_crash() -> None:
+    with responder() as r:
+        clash = ResponderConfig(listen=f"127.0.0.1:{r.address[1]}")
+        from agent.probes.iperf3.server import Responder
+
+        other = Responder(clash, ["127.0.0.0/8"])
+        other.start()  # logs an error, does not raise
+        assert not other.stats.snapshot().listening
+        other.stop(1.0)
+
+
+def test_prometheus_view() -> None:
+    with responder() as r:
+        probe(r, duration=0.5, streams=1)
+        registry = CollectorRegistry()
+        registry.register(ResponderView(r.stats.snapshot))
+        text = generate_latest(registry).decode()
+        get = registry.get_sample_value
+        assert get("burstwatch_responder_tests_total", {"result": "completed"}) == 1
+        assert get("burstwatch_responder_refused_total", {"reason": "busy"}) == 0
+        assert get("burstwatch_responder_bytes_total", {"direction": "in"}) > 0
+        assert get("burstwatch_responder_listening") == 1
+        assert get("burstwatch_responder_allowed_networks") == 1
+        assert "burstwatch_responder_dropped_total{reason=\"timeout\"} 0.0" in text
