@@ -48,10 +48,8 @@ if ! printf '%s' "$VERSION" | grep -Eq '^[0-9][0-9A-Za-z.+~]*$'; then
 fi
 log "burstwatch $UPSTREAM (package version $VERSION)"
 
-# Optional files the lead's issues add; shipped when present.
+# Shipped under /usr/share/burstwatch; a missing one fails the build.
 SHARE_FILES=(packaging/prometheus/burstwatch.rules.yml packaging/grafana/burstwatch-dashboard.json)
-# Set REQUIRE_SHARE=1 once they exist in the tree, so a missing one fails the build.
-REQUIRE_SHARE=${REQUIRE_SHARE:-0}
 
 # stage DEST [rpm]: the installed file layout (both packages), under DEST/stage.
 stage() {
@@ -73,17 +71,13 @@ stage() {
     # burstwatch(1), rendered from the CLI's argparse parser.
     mkdir -p "$dest/usr/share/man/man1"
     "$PYTHON" "$ROOT/packaging/gen-manpage.py" > "$dest/usr/share/man/man1/burstwatch.1"
-    local f found=0
+    local f
     for f in "${SHARE_FILES[@]}"; do
-        if [ -f "$ROOT/$f" ]; then
-            install -D -m 0644 "$ROOT/$f" "$dest/usr/share/burstwatch/$(basename "$f")"
-            found=$((found + 1))
-        elif [ "$REQUIRE_SHARE" = 1 ]; then
+        if [ ! -f "$ROOT/$f" ]; then
             echo "build.sh: $f is missing" >&2
             exit 1
-        else
-            log "note: $f not in the tree yet; not shipped"
         fi
+        install -D -m 0644 "$ROOT/$f" "$dest/usr/share/burstwatch/$(basename "$f")"
     done
     if [ "$kind" = rpm ]; then
         # debhelper installs these for the .deb (dh_installsystemd, dh_installsysusers).

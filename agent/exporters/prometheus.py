@@ -57,7 +57,7 @@ class SamplerView:
                 fam[key].add_metric([name, "out"], tot[4 + i])
         yield from fam.values()
 
-        resets = CounterMetricFamily(f"{NS}_interface_counter_resets", "Counter decreases handled as a "
+        resets = CounterMetricFamily(f"{NS}_interface_resets", "Counter decreases handled as a "
                                      "reset, 32-bit wrap or interface re-creation.", labels=["interface"])
         for name in sorted(snap.totals):
             resets.add_metric([name], snap.resets.get(name, 0))

@@ -98,8 +98,7 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append(f"burstwatch {doc.get('version')}  {inst.get('instance_id', '?')}  "
                      f"{inst.get('instance_type', '?')}  {inst.get('availability_zone', '')}")
     else:
-        lines.append(f"burstwatch {doc.get('version')}  off EC2  type {inst.get('instance_type') or '?'} "
-                     "(profile from config)")
+        lines.append(f"burstwatch {doc.get('version')}  off EC2  type {inst.get('instance_type') or 'unknown'}")
     state = (doc.get("credit_model") or {}).get("state", "unknown_profile")
     for d, v in doc["directions"].items():
         rate = f"rate {_gbit(v['rate_bytes_per_second'])} (baseline {_gbit(v['baseline_bytes_per_second'])}," \

@@ -194,6 +194,10 @@ class Scheduler:
         largest = self._largest.get(direction, 0.0)
         return largest if largest > 0 else None
 
+    def credits_now(self) -> dict[str, tuple[float, float]]:
+        """The credit state as the gates see it: direction -> (remaining, bucket), bucketed directions only."""
+        return credit_state(self._credits())
+
     def budget_used(self) -> float:
         """Probe bytes in the last hour (the sliding budget window)."""
         self._prune(self.clock())
@@ -291,7 +295,7 @@ class Scheduler:
         self._queue.extend((key, d) for key in chosen for d in self.directions)
 
     def _gate(self, direction: str) -> Optional[str]:
-        credits = credit_state(self._credits())
+        credits = self.credits_now()
         for remaining, bucket in credits.values():
             if remaining / bucket < self.credit_floor:
                 return "credit_floor"

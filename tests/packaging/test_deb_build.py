@@ -44,11 +44,12 @@ def test_deb_file_layout(debs: Debs) -> None:
              if not line.startswith("d")}
     for path in ("/usr/bin/burstwatch", UNIT, CONFFILE, "/usr/lib/sysusers.d/burstwatch.conf",
                  "/usr/lib/burstwatch/agent/__init__.py", "/usr/lib/burstwatch/agent/cli.py",
-                 "/usr/share/doc/burstwatch/install.md", "/usr/share/man/man1/burstwatch.1.gz"):
+                 "/usr/share/doc/burstwatch/install.md", "/usr/share/man/man1/burstwatch.1.gz",
+                 "/usr/share/burstwatch/burstwatch.toml"):
         assert path in files, path
     for shared in ("packaging/prometheus/burstwatch.rules.yml", "packaging/grafana/burstwatch-dashboard.json"):
-        if (ROOT / shared).exists():
-            assert f"/usr/share/burstwatch/{Path(shared).name}" in files, shared
+        assert (ROOT / shared).exists(), shared
+        assert f"/usr/share/burstwatch/{Path(shared).name}" in files, shared
     # `agent` is private: never a global module.
     assert not [f for f in files if "dist-packages" in f or "site-packages" in f]
     assert not [f for f in files if f.endswith(".pyc")]

@@ -37,11 +37,12 @@ def test_rpm_file_list(rpm: Path) -> None:
                  "/usr/lib/systemd/system-preset/80-burstwatch.preset", "/usr/lib/sysusers.d/burstwatch.conf",
                  "/usr/lib/burstwatch/agent/__init__.py", "/usr/lib/burstwatch/agent/cli.py",
                  "/usr/lib/burstwatch/vendor/prometheus_client/__init__.py", "/usr/lib/burstwatch/vendor/tomli/__init__.py",
-                 "/usr/share/doc/burstwatch/install.md", "/usr/share/man/man1/burstwatch.1.gz"):
+                 "/usr/share/doc/burstwatch/install.md", "/usr/share/man/man1/burstwatch.1.gz",
+                 "/usr/share/burstwatch/burstwatch.toml"):
         assert path in files, path
     for shared in ("packaging/prometheus/burstwatch.rules.yml", "packaging/grafana/burstwatch-dashboard.json"):
-        if (ROOT / shared).exists():
-            assert f"/usr/share/burstwatch/{Path(shared).name}" in files, shared
+        assert (ROOT / shared).exists(), shared
+        assert f"/usr/share/burstwatch/{Path(shared).name}" in files, shared
     assert not [f for f in files if "site-packages" in f or f.endswith(".pyc")]
     # the config is %config(noreplace): rpm keeps an edited one on upgrade (rpmnew for the new default)
     flags = dict(line.split(" ", 1)[::-1] for line in

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import ipaddress
 import logging
 import queue
@@ -263,6 +264,7 @@ class Responder:
         self._sock: Optional[socket.socket] = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._active: Optional[_ServerTest] = None
         self._pending: collections.Counter[str] = collections.Counter()
         self._waiting: set[socket.socket] = set()  # connections still owing their cookie
@@ -364,7 +366,7 @@ class Responder:
             if test is not None and test.wants_stream_from(source):
                 test.offer(conn)
                 return
-            busy = test is not None or self._stop.is_set()
+            busy = (test is not None and not test.finishing) or self._stop.is_set()
             overloaded = (sum(self._pending.values()) >= MAX_PENDING
                           or self._pending[source] >= MAX_PENDING_PER_SOURCE)
             if not busy and not overloaded:
@@ -405,12 +407,19 @@ class Responder:
                 raise Dropped("closed", str(exc)) from None
             if not _valid_cookie(cookie):
                 raise Dropped("garbage", "sent something that is not an iperf3 cookie")
-            with self._lock:
+            with self._cond:
                 self._release(conn, source)
                 claimed = True
+                # A test that has shown its results is as good as over: wait for it rather than turn away
+                # a client that starts its next test the moment the last one ended.
+                deadline = time.monotonic() + 2.0
+                while (self._active is not None and self._active.finishing and not self._stop.is_set()
+                       and time.monotonic() < deadline):
+                    self._cond.wait(max(0.0, deadline - time.monotonic()))
                 busy = self._active is not None or self._stop.is_set()
                 test = None if busy else _ServerTest(self, ctrl, source, cookie)
-                self._active = test
+                if test is not None:
+                    self._active = test
             if test is None:
                 log.info("responder: refused peer=%s reason=busy", source)
                 self.stats.count("refused", "busy")
@@ -426,8 +435,9 @@ class Responder:
                     return
                 test.run()
             finally:
-                with self._lock:
+                with self._cond:
                     self._active = None
+                    self._cond.notify_all()
         except Dropped as exc:
             log.info("responder: dropped peer=%s reason=%s: %s", source, exc.reason, exc)
             self.stats.count("dropped", exc.reason)
@@ -472,6 +482,7 @@ class _ServerTest:
         self.streams: list[Stream] = []
         self.udp_sock: Optional[socket.socket] = None
         self.aborted = threading.Event()
+        self.finishing = False  # results shown (or the test failed): a new client may queue up
 
     def wants_stream_from(self, source: str) -> bool:
         return self.accepting and source == self.source
@@ -515,6 +526,7 @@ class _ServerTest:
             log.exception("responder: test from %s failed", self.source)
         finally:
             self.accepting = False
+            self.finishing = True
             for s in self.streams:
                 s.close()
             self._drain_incoming()
@@ -629,11 +641,15 @@ class _ServerTest:
             raise Dropped("garbage", f"sent state {state} during the test")
 
         # As iperf3: stop and close the data connections, then exchange results.
+        # Byte counts are read after the workers have finished their last call, so what we report is
+        # exactly what we sent or took (and what burstwatch_responder_bytes_total counts).
         for s in self.streams:
             s.stop()
-        last = [s.sample(t_end) for s in self.streams]
+        last = [s.sample(t_end) for s in self.streams]  # TCP_INFO while the sockets are open
         for s in self.streams:
             s.close()
+        last = [dataclasses.replace(x, bytes=s.bytes, packets=s.packets, errors=s.errors,
+                                    outoforder=s.outoforder, jitter=s.jitter) for s, x in zip(self.streams, last)]
         total, user, system = cpu.read()
         has_retrans = -1
         if params.reverse:
@@ -663,6 +679,7 @@ class _ServerTest:
         except p.ProtocolError as exc:
             raise Dropped("closed", str(exc)) from None
         self._send_state(p.DISPLAY_RESULTS)
+        self.finishing = True
         try:
             state = ctrl.recv_state(t.done)
             if state != p.IPERF_DONE:
