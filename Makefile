@@ -8,8 +8,13 @@ APT_RUNTIME := python3-venv python3-pyroute2 python3-prometheus-client python3-b
 APT_TEST := iputils-ping iputils-tracepath iperf3 prometheus prometheus-node-exporter iproute2 ethtool lintian rpm debootstrap dpkg-dev fakeroot systemd procps curl
 PIP_TEST := pytest==8.3.4 ruff==0.8.4 mypy==1.13.0 vermin==1.6.0
 MOTO := .venv-moto
+# Amazon Linux 2023 runs Python 3.9: the unit tests also run there, on the library versions the .deb's
+# Debian 12 packages pin (the .rpm bundles the same ones). This machine's image has it under pyenv.
+PY39 ?= $(firstword $(wildcard /root/.pyenv/versions/3.9*/bin/python3.9) $(shell command -v python3.9))
+VENV39 := .venv39
+PIP39 := prometheus_client==0.16.0 psutil==5.9.4 pyroute2==0.7.2 boto3==1.26.27 botocore==1.29.27 tomli==2.0.1 pytest==8.3.4
 
-.PHONY: run test lint unit bench packages clean deps test-deps
+.PHONY: run test lint unit test39 bench packages clean deps test-deps
 
 define apt_ensure
 	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
@@ -45,11 +50,20 @@ lint: test-deps
 unit: test-deps
 	$(VPY) -m pytest -q tests -m "not netns and not slow"
 
-test: lint
+$(VENV39)/.deps: Makefile
+	@test -n "$(PY39)" || { echo "no python3.9 found: set PY39=/path/to/python3.9 (Amazon Linux 2023's version)"; exit 1; }
+	$(PY39) -m venv $(VENV39)
+	$(VENV39)/bin/pip install -q $(PIP39)
+	touch $@
+
+test39: $(VENV39)/.deps test-deps
+	$(VENV39)/bin/python -m pytest -q -p no:cacheprovider tests -m "not netns and not slow" --ignore=tests/packaging
+
+test: lint test39
 	$(VPY) -m pytest -q tests
 
 bench: test-deps
 	$(VPY) -m tests.bench $(BENCH)
 
 clean:
-	rm -rf $(VENV) $(MOTO) dist build *.egg-info .state
+	rm -rf $(VENV) $(MOTO) $(VENV39) dist build *.egg-info .state

@@ -86,7 +86,8 @@ class S3Archive:
 
     def __init__(self, bucket: str, *, prefix: str = "", instance_type: Optional[str] = None,
                  region: Optional[str] = None, instance_id: Optional[str] = None,
-                 endpoint_url: Optional[str] = None, backlog: int = DEFAULT_BACKLOG,
+                 bucket_region: Optional[str] = None, endpoint_url: Optional[str] = None,
+                 backlog: int = DEFAULT_BACKLOG,
                  client: Any = None, client_factory: Optional[Callable[[], Any]] = None,
                  retry_pause: float = RETRY_PAUSE, retry_pause_max: float = RETRY_PAUSE_MAX,
                  wall: Callable[[], float] = time.time) -> None:
@@ -99,7 +100,8 @@ class S3Archive:
         self.retry_pause_max = retry_pause_max
         self.wall = wall
         self._client = client
-        self._factory = client_factory or (lambda: aws.client("s3", region, endpoint_url))
+        # `region` is the instance's (written into each document); the bucket may live elsewhere.
+        self._factory = client_factory or (lambda: aws.client("s3", bucket_region or region, endpoint_url))
         self._queue: collections.deque[tuple[str, bytes]] = collections.deque(maxlen=max(1, backlog))
         self._cond = threading.Condition()
         self._stop = False

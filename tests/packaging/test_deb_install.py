@@ -266,7 +266,9 @@ def test_exec_start_notifies_ready_watchdog_reload_and_stop(installed: DebianRoo
 def test_upgrade_keeps_edited_conffile_and_state_then_purge_removes_them(installed: DebianRoot,
                                                                           debs: Debs) -> None:
     conf = installed.file(CONFFILE)
-    edited = conf.read_text(encoding="utf-8") + "\n# edited by the operator\nsample_interval = 2.0\n"
+    shipped = conf.read_text(encoding="utf-8")
+    edited = shipped.replace("#sample_interval = 1.0", "# edited by the operator\nsample_interval = 2.0", 1)
+    assert edited != shipped
     conf.write_text(edited, encoding="utf-8")
     uid, gid = installed.ids("burstwatch")
     state_dir = installed.file("/var/lib/burstwatch")

@@ -611,9 +611,9 @@ class _ServerTest:
         for sid, sock in zip(p.stream_ids(len(socks)), socks):
             self.streams.append(Stream(sid, sock, sender=params.reverse, udp=udp, settings=settings,
                                        budget=budget, label="r"))
+        first = [s.sample(t0) for s in self.streams]
         for s in self.streams:
             s.start(t0)
-        first = [s.sample(t0) for s in self.streams]
 
         # Running: the client speaks next, with TEST_END, when its clock says the test is over.
         deadline = t0 + min(length, self.cfg.max_duration) + t.end_grace

@@ -1,0 +1,338 @@
+"""The daemon's probe service: a thread that runs the scheduler's probes, records them, and archives them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from agent.exporters.s3_archive import ArchiveStats, S3Archive
+from agent.models.profile import GBIT, BandwidthProfile
+from agent.probes.iperf3 import ProbeError, ProbeRequest, run_probe, summarize
+from agent.probes.scheduler import DIRECTIONS, Peer, ProbePlan, Scheduler
+
+log = logging.getLogger(__name__)
+
+# How often the discovered peer list is refreshed by default: instances come and go on the scale of
+# minutes, and each refresh is one DescribeInstances call per agent.
+DEFAULT_DISCOVER_INTERVAL = 300.0
+# A failed discovery is retried sooner than a good one is refreshed, but not in a tight loop.
+DISCOVER_RETRY = 60.0
+# The thread wakes at least this often (stop requests and discovery do not wait for a round).
+MAX_SLEEP = 5.0
+
+Runner = Callable[[ProbeRequest], dict]
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The outcome of one probe, per peer and direction; what the metrics view renders."""
+
+    peer: str
+    direction: str
+    success: bool
+    timestamp: float                                # Unix time the probe started
+    duration_seconds: float                         # wall time it took, failures included
+    bytes: int = 0
+    throughput_bytes_per_second: Optional[float] = None   # what the receiver got (end.sum_received)
+    retransmits: Optional[int] = None
+    rtt_seconds: Optional[float] = None             # mean smoothed RTT over the streams
+    expected_bytes_per_second: Optional[float] = None     # what the pair should get (pair_allowance)
+    error: Optional[str] = None                     # ProbeError.kind, or "error" / "invalid"
+
+    @property
+    def throughput_ratio(self) -> Optional[float]:
+        if self.throughput_bytes_per_second is None or not self.expected_bytes_per_second:
+            return None
+        return self.throughput_bytes_per_second / self.expected_bytes_per_second
+
+
+@dataclass(frozen=True)
+class DiscoveryStatus:
+    success: bool
+    timestamp: float                # Unix time of the last attempt
+    last_success_timestamp: float
+    peers: int                      # peers the last good discovery returned
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ProbeState:
+    """Everything the metrics view needs, copied under the service's lock."""
+
+    results: dict[tuple[str, str], ProbeResult]
+    runs: dict[tuple[str, str, str], int]           # (peer, direction, success|failure) -> probes
+    skipped: dict[str, int]
+    bytes_total: dict[str, float]                   # direction -> probe bytes since start
+    budget_used_bytes: float
+    budget_bytes: float
+    peers: tuple[Peer, ...]
+    rounds: int
+    next_round_timestamp: float                     # Unix time the next round is due
+    running: bool                                   # a probe is in flight now
+    discovery: Optional[DiscoveryStatus] = None
+    archive: Optional[ArchiveStats] = None
+    peer_types: dict[str, str] = field(default_factory=dict)
+
+
+def pair_allowance(direction: str, credits: dict[str, tuple[float, float]],
+                   profile: Optional[BandwidthProfile], peer_peak: Optional[float]) -> Optional[float]:
+    """What a probe between us and the peer should get, bytes/s: the lower of the two sizes' current
+    allowance. Ours is the peak while the direction's bucket holds credit (or has no bucket) and the
+    baseline once it is empty. The peer's credit is invisible from here, so its size counts at its peak;
+    without its size (no discovery) our own peak stands in. Single-flow limits (5 Gbit/s per flow outside
+    a placement group, ec2-network-facts.md) are not applied: probes use several streams."""
+    ours: Optional[float] = None
+    if profile is not None and profile.peak_bytes_per_second:
+        ours = profile.peak_bytes_per_second
+        reading = credits.get(direction)
+        if reading is not None and reading[0] <= 0 and profile.baseline_bytes_per_second:
+            ours = profile.baseline_bytes_per_second
+    theirs = peer_peak if peer_peak else (profile.peak_bytes_per_second if profile is not None else None)
+    known = [v for v in (ours, theirs) if v]
+    return min(known) if known else None
+
+
+def result_from_document(plan: ProbePlan, doc: dict[str, Any], started: float, seconds: float,
+                         expected: Optional[float]) -> ProbeResult:
+    """A ProbeResult from an iperf3 --json document (ours or iperf3's own); a document carrying
+    iperf3's `error` key, or one that is not iperf3's shape, is a failed probe."""
+    if doc.get("error"):
+        return ProbeResult(plan.peer.key, plan.direction, False, started, seconds, error="error",
+                           expected_bytes_per_second=expected)
+    try:
+        s = summarize(doc)
+    except (KeyError, TypeError, ValueError):
+        return ProbeResult(plan.peer.key, plan.direction, False, started, seconds, error="invalid",
+                           expected_bytes_per_second=expected)
+    return ProbeResult(
+        peer=plan.peer.key, direction=plan.direction, success=True, timestamp=started,
+        duration_seconds=seconds, bytes=max(s.sent_bytes, s.received_bytes),
+        throughput_bytes_per_second=s.received_bits_per_second / 8.0, retransmits=s.retransmits,
+        rtt_seconds=s.rtt_mean_seconds, expected_bytes_per_second=expected)
+
+
+def catalogue_peak(instance_type: str) -> Optional[float]:
+    """A size's peak in bytes/s from the bundled catalogue (None when the type is unknown)."""
+    from agent.models.catalogue import load_catalogue
+
+    try:
+        entry = load_catalogue().get(instance_type)
+    except (OSError, ValueError):
+        return None
+    if entry is None or entry.peak_gbps is None:
+        return None
+    return entry.peak_gbps * GBIT
+
+
+class ProbeService:
+    """`name="probes"`: asks the scheduler what to do, runs it with `runner` (the engine's run_probe),
+    records the result per peer and direction, refreshes discovered peers, and hands successful
+    documents to the archive. A failed probe is a result with success=False, never an exception."""
+
+    name = "probes"
+
+    def __init__(self, scheduler: Scheduler, *, configured: Sequence[Peer] = (),
+                 discover: Optional[Callable[[], Sequence[Peer]]] = None,
+                 discover_interval: float = DEFAULT_DISCOVER_INTERVAL,
+                 runner: Runner = run_probe, connect_timeout: float = 5.0,
+                 profile: Callable[[], Optional[BandwidthProfile]] = lambda: None,
+                 peer_peak: Callable[[str], Optional[float]] = catalogue_peak,
+                 archive: Optional[S3Archive] = None,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.scheduler = scheduler
+        self.configured = tuple(configured)
+        self.discover_interval = discover_interval
+        self.connect_timeout = connect_timeout
+        self.archive = archive
+        self._discover = discover
+        self._runner = runner
+        self._profile = profile
+        self._peer_peak = peer_peak
+        self.wall = wall
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._discovered: tuple[Peer, ...] = ()
+        self._discovery: Optional[DiscoveryStatus] = None
+        self._next_discovery = scheduler.clock()
+        self._results: dict[tuple[str, str], ProbeResult] = {}
+        self._runs: dict[tuple[str, str, str], int] = {}
+        with self._lock:
+            self.scheduler.set_peers(self.configured)
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.archive is not None:
+            self.archive.start()
+        self._thread = threading.Thread(target=self._run, name="probes", daemon=True)
+        self._thread.start()
+        with self._lock:
+            peers = len(self.scheduler.peers)
+            first = self.scheduler.next_round - self.scheduler.clock()
+        log.info("probe scheduler started: %d configured peer(s)%s; first round in %.0fs, then every %gs "
+                 "+/- %d%%", peers, ", discovery on" if self._discover else "", first,
+                 self.scheduler.interval, round(self.scheduler.jitter * 100))
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop after the probe in progress, if any (the thread is a daemon: a probe still running when
+        the timeout passes does not hold up the process)."""
+        deadline = time.monotonic() + timeout
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self.archive is not None:
+            self.archive.stop(max(0.05, deadline - time.monotonic()))
+
+    # -- the loop ----------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception:  # a bug must not end probing for the life of the daemon
+                log.exception("probe service step failed")
+                self._stop.wait(MAX_SLEEP)
+                continue
+            self._stop.wait(self.sleep_seconds())
+
+    def sleep_seconds(self) -> float:
+        with self._lock:
+            wait = self.scheduler.wait_seconds()
+            if self._discover is not None:
+                wait = min(wait, self._next_discovery - self.scheduler.clock())
+        return max(0.01, min(wait, MAX_SLEEP))
+
+    def step(self) -> Optional[ProbeResult]:
+        """One pass: refresh discovery when due, then run the next allowed probe (if any)."""
+        if self._discover is not None and self.scheduler.clock() >= self._next_discovery:
+            self.refresh_peers()
+        with self._lock:
+            plan = self.scheduler.poll()
+        if plan is None:
+            return None
+        return self.execute(plan)
+
+    def refresh_peers(self) -> None:
+        """Ask discovery for peers; on failure keep the last good list (an API hiccup must not empty it)."""
+        assert self._discover is not None
+        now_wall = self.wall()
+        try:
+            found = tuple(self._discover())
+        except Exception as exc:
+            log.warning("peer discovery failed, keeping %d discovered peer(s): %s", len(self._discovered), exc)
+            last = self._discovery.last_success_timestamp if self._discovery else 0.0
+            with self._lock:
+                self._discovery = DiscoveryStatus(False, now_wall, last, len(self._discovered), str(exc))
+                self._next_discovery = self.scheduler.clock() + min(DISCOVER_RETRY, self.discover_interval)
+            return
+        if {p.key for p in found} != {p.key for p in self._discovered}:
+            log.info("peer discovery: %d peer(s): %s", len(found), ", ".join(p.key for p in found) or "none")
+        with self._lock:
+            self._discovered = found
+            self._discovery = DiscoveryStatus(True, now_wall, now_wall, len(found))
+            self.scheduler.set_peers(self.configured + found)
+            keep = {p.key for p in self.scheduler.peers}
+            self._results = {k: v for k, v in self._results.items() if k[0] in keep}
+            self._runs = {k: v for k, v in self._runs.items() if k[0] in keep}
+            self._next_discovery = self.scheduler.clock() + self.discover_interval
+
+    def execute(self, plan: ProbePlan) -> ProbeResult:
+        """Run one planned probe and record it (the scheduler has marked it in flight)."""
+        credits = self.scheduler.credits_now()
+        peer_peak = self._peer_peak(plan.peer.instance_type) if plan.peer.instance_type else None
+        expected = pair_allowance(plan.direction, credits, self._profile(), peer_peak)
+        req = ProbeRequest(host=plan.peer.host, port=plan.peer.port, streams=plan.streams,
+                           duration=plan.duration, reverse=plan.direction == "in",
+                           connect_timeout=self.connect_timeout)
+        started = self.wall()
+        t0 = time.monotonic()
+        doc: Optional[dict[str, Any]] = None
+        kind: Optional[str] = None
+        try:
+            doc = self._runner(req)
+        except ProbeError as exc:
+            kind = exc.kind
+            log.warning("peer=%s direction=%s probe failed (%s): %s", plan.peer.key, plan.direction, kind, exc)
+        except Exception as exc:
+            kind = "error"
+            log.error("peer=%s direction=%s probe failed: %s", plan.peer.key, plan.direction, exc)
+        seconds = time.monotonic() - t0
+        if doc is not None:
+            result = result_from_document(plan, doc, started, seconds, expected)
+            if not result.success:
+                log.warning("peer=%s direction=%s probe failed: %s", plan.peer.key, plan.direction,
+                            doc.get("error") or "not an iperf3 document")
+        else:
+            result = ProbeResult(plan.peer.key, plan.direction, False, started, seconds, error=kind,
+                                 expected_bytes_per_second=expected)
+        if result.success:
+            log.info("peer=%s direction=%s %.1f Mbit/s (%.0f%% of the pair's %s), retransmits=%s, rtt=%s",
+                     plan.peer.key, plan.direction, (result.throughput_bytes_per_second or 0) * 8 / 1e6,
+                     100 * (result.throughput_ratio or 0), _mbit(expected), result.retransmits,
+                     f"{result.rtt_seconds * 1000:.2f}ms" if result.rtt_seconds is not None else "-")
+        with self._lock:
+            self.scheduler.finish(plan, result.success, result.bytes, peer_fault=kind != "busy")
+            self._results[(plan.peer.key, plan.direction)] = result
+            key = (plan.peer.key, plan.direction, "success" if result.success else "failure")
+            self._runs[key] = self._runs.get(key, 0) + 1
+        if result.success and doc is not None and self.archive is not None:
+            self.archive.submit(doc, started)
+        return result
+
+    # -- the view's side ---------------------------------------------------------------------------------
+    def snapshot(self) -> ProbeState:
+        with self._lock:
+            s = self.scheduler
+            return ProbeState(
+                results=dict(self._results), runs=dict(self._runs), skipped=dict(s.skipped),
+                bytes_total=dict(s.bytes_total), budget_used_bytes=s.budget_used(),
+                budget_bytes=float(s.hourly_budget_bytes), peers=s.peers, rounds=s.rounds,
+                next_round_timestamp=self.wall() + (s.next_round - s.clock()),
+                running=s.in_flight is not None, discovery=self._discovery,
+                archive=self.archive.stats() if self.archive is not None else None,
+                peer_types={p.key: p.instance_type for p in s.peers if p.instance_type})
+
+
+def _mbit(rate: Optional[float]) -> str:
+    return f"{rate * 8 / 1e6:.0f} Mbit/s" if rate else "unknown"
+
+
+def build_probe_service(*, peers: Sequence[str], interval: float, peers_per_round: int, duration: float,
+                        streams: int, credit_floor: float, hourly_budget_bytes: float,
+                        credits: Callable[[], Any], profile: Callable[[], Optional[BandwidthProfile]],
+                        busy: Callable[[], bool] = lambda: False, default_port: int = 5201,
+                        directions: Sequence[str] = DIRECTIONS,
+                        discover_tag: Optional[str] = None, discover_interval: float = DEFAULT_DISCOVER_INTERVAL,
+                        discover_endpoint_url: Optional[str] = None, vpc_id: Optional[str] = None,
+                        region: Optional[str] = None, instance_id: Optional[str] = None,
+                        instance_type: Optional[str] = None, self_ips: Sequence[str] = (),
+                        archive_bucket: Optional[str] = None, archive_prefix: str = "",
+                        archive_region: Optional[str] = None, archive_endpoint_url: Optional[str] = None,
+                        archive_backlog: int = 500, runner: Runner = run_probe) -> ProbeService:
+    """The service from plain settings (the daemon maps [probe] / [probe.archive] onto these)."""
+    from agent.probes.scheduler import parse_peer
+
+    def peak() -> Optional[float]:
+        p = profile()
+        return p.peak_bytes_per_second if p is not None else None
+
+    sched = Scheduler(interval=interval, peers_per_round=peers_per_round, duration=duration, streams=streams,
+                      credit_floor=credit_floor, hourly_budget_bytes=hourly_budget_bytes, credits=credits,
+                      peak_bytes_per_second=peak, busy=busy, directions=directions)
+    discover: Optional[Callable[[], Sequence[Peer]]] = None
+    if discover_tag:
+        from agent.readers import ec2_tags
+
+        def discover() -> Sequence[Peer]:
+            found = ec2_tags.discover(discover_tag, vpc_id, region, discover_endpoint_url, instance_id, self_ips)
+            return [Peer(t.private_ip, default_port, t.instance_type, "discovered") for t in found]
+
+    archive = None
+    if archive_bucket:
+        archive = S3Archive(archive_bucket, prefix=archive_prefix, instance_type=instance_type,
+                            region=region, bucket_region=archive_region, instance_id=instance_id,
+                            endpoint_url=archive_endpoint_url, backlog=archive_backlog)
+    return ProbeService(sched, configured=[parse_peer(p, default_port) for p in peers], discover=discover,
+                        discover_interval=discover_interval, runner=runner, profile=profile, archive=archive)
