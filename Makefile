@@ -5,7 +5,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 # Debian 12's own Python libraries: the .deb depends on exactly these, so we develop and test on them.
 APT_RUNTIME := python3-venv python3-pyroute2 python3-prometheus-client python3-boto3 python3-psutil python3-systemd python3-tomli
-APT_TEST := iputils-ping iputils-tracepath iperf3 prometheus prometheus-node-exporter iproute2 ethtool lintian rpm debootstrap dpkg-dev fakeroot systemd procps curl
+APT_TEST := nftables iputils-ping iputils-tracepath iperf3 prometheus prometheus-node-exporter iproute2 ethtool lintian rpm debootstrap dpkg-dev fakeroot systemd procps curl
 PIP_TEST := pytest==8.3.4 ruff==0.8.4 mypy==1.13.0 vermin==1.6.0
 MOTO := .venv-moto
 # Amazon Linux 2023 runs Python 3.9: the unit tests also run there, on the library versions the .deb's

@@ -41,6 +41,12 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from agent.checks.cli import cmd_check as run
+
+    return run(args)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     import json
 
@@ -86,9 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     add("run", cmd_run, "run the daemon in the foreground (what systemd runs)")
-    sp = add("check", _not_yet("check"), "verify the ENA driver, queues, rings and MTU; exit 0 ok, 1 warnings, "
-             "2 failures")
+    sp = add("check", cmd_check, "verify the ENA driver, queues, rings, MTU, path MTU and IMDS; exit 0 ok, "
+             "1 warnings, 2 failures")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
+    sp.add_argument("--quick", action="store_true", help="skip the slow checks (path MTU probes)")
     sp = add("status", cmd_status, "show the running daemon's view of credits, checks and probes")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
     sp.add_argument("--url", default=None, help="the daemon's /metrics URL (default: from metrics.listen)")

@@ -12,14 +12,19 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from agent import config as configmod
+from agent.checks.runner import CheckRunner, subprocess_executor
+from agent.collectors.ethtool import EthtoolCollector, make_step_hook
 from agent.collectors.instance import InstanceInfo, discover, profile_for
 from agent.collectors.shaping import ShapingCollector
 from agent.credits import CreditTracker
+from agent.exporters.checks import CheckView
 from agent.exporters.credits import CreditView
+from agent.exporters.ena import EnaView
 from agent.exporters.instance import InstanceView
 from agent.exporters.prometheus import BuildInfoView, MetricsServer, ReloadState, SamplerView, build_registry
 from agent.models.profile import BandwidthProfile
 from agent.notify import notify, watchdog_interval
+from agent.readers.ethtool import IoctlEthtoolReader
 from agent.sampler import Sampler, Snapshot
 
 log = logging.getLogger(__name__)
@@ -74,6 +79,7 @@ class Daemon:
         self.shutdown_hooks: list[Callable[[], None]] = []
         self.credits: Optional[CreditTracker] = None
         self.instance: Optional[InstanceInfo] = None
+        self.ethtool: Optional[EthtoolCollector] = None
         self.profile = BandwidthProfile()
 
     # -- signals ---------------------------------------------------------------------------------
@@ -106,6 +112,8 @@ class Daemon:
         self.reload_state.reloads["success"] += 1
         old, self.cfg = self.cfg, new
         logging.getLogger().setLevel(new.log_level.upper())
+        if self.ethtool is not None:
+            self.ethtool.include = frozenset(new.metrics.ethtool_include)
         if new.interfaces != old.interfaces:
             self.interfaces = resolve_interfaces(new, self._discover)
         if self.sampler is not None:
@@ -138,15 +146,25 @@ class Daemon:
         def latest() -> Optional[Snapshot]:
             return sampler.latest
 
+        reader = IoctlEthtoolReader()
+        self.shutdown_hooks.append(reader.close)
+        self.ethtool = EthtoolCollector(lambda: self.interfaces, reader, include=self.cfg.metrics.ethtool_include)
+        sampler.hooks.append(make_step_hook(self.ethtool, sampler.status))
         c = self.cfg.credits
-        shaping = ShapingCollector(c.shaping_source, lambda: self.interfaces, c.tc_in_interface, c.tc_out_interface)
+        ethtool = self.ethtool
+        shaping = ShapingCollector(c.shaping_source, lambda: self.interfaces, c.tc_in_interface, c.tc_out_interface,
+                                   ethtool_stats=lambda: {n: r.totals for n, r in (ethtool.latest or {}).items()})
         self.credits = CreditTracker(self.profile, self.cfg.state_dir, c.save_interval, c.learn, shaping,
                                      c.trust_configured_bucket, sampler.status, self.paths.procfs)
         sampler.hooks.append(self.credits.hook)
         self.shutdown_hooks.append(self.credits.save)
         credits = self.credits
+        checks = CheckRunner(executor=subprocess_executor(self.config_path))
+        self.services.append(checks)
         self.views = [BuildInfoView(), SamplerView(latest), self.reload_state, InstanceView(lambda: self.instance),
-                      CreditView(latest, lambda: shaping.source, lambda: credits.restore_note), *self.views]
+                      CreditView(latest, lambda: shaping.source, lambda: credits.restore_note),
+                      EnaView(lambda: sampler.latest.extra.get("ethtool") if sampler.latest else None),
+                      CheckView(lambda: checks.state if checks.state.runs else None), *self.views]
         host, port = configmod.split_hostport(self.cfg.metrics.listen)
         self.server = MetricsServer(host, port, build_registry(self.views))
 

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Build burstwatch's .deb (Debian 12, Ubuntu 24.04) and .rpm (Amazon Linux 2023) into dist/.
 #
-#   packaging/build.sh [deb|rpm|all]        (default: all)
+#   packaging/build.sh [deb|deb-ubuntu22.04|rpm|all]        (default: all = all three)
+#
+# deb-ubuntu22.04 is the .deb for Ubuntu 22.04, whose python3-pyroute2 (0.6.4) and
+# python3-prometheus-client (0.9) are older than the agent supports: it bundles those two privately,
+# like the .rpm does (packaging/debian/vendor-ubuntu22.04.txt), and depends on Ubuntu for the rest.
 #
 # Works from a clean clone: the version comes from agent/__init__.py (the one place it lives), the
 # file layout is staged once and shared by both packages, and the .rpm's bundled wheels are
@@ -20,9 +24,9 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 what=${1:-all}
 
 case "$what" in
-    deb|rpm|all) ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-    *) echo "usage: $0 [deb|rpm|all]" >&2; exit 2 ;;
+    deb|deb-ubuntu22.04|rpm|all) ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "usage: $0 [deb|deb-ubuntu22.04|rpm|all]" >&2; exit 2 ;;
 esac
 
 log() { echo "build.sh: $*" >&2; }
@@ -51,7 +55,8 @@ log "burstwatch $UPSTREAM (package version $VERSION)"
 # Shipped under /usr/share/burstwatch; a missing one fails the build.
 SHARE_FILES=(packaging/prometheus/burstwatch.rules.yml packaging/grafana/burstwatch-dashboard.json)
 
-# stage DEST [rpm]: the installed file layout (both packages), under DEST/stage.
+# stage DEST KIND: the installed file layout (all packages), under DEST/stage; KIND is deb, rpm or
+# deb-ubuntu22.04.
 stage() {
     local dest=$1/stage kind=${2:-deb}
     rm -rf "$dest"
@@ -85,7 +90,9 @@ stage() {
         install -D -m 0644 "$ROOT/packaging/burstwatch.sysusers" "$dest/usr/lib/sysusers.d/burstwatch.conf"
         install -D -m 0644 "$ROOT/packaging/rpm/80-burstwatch.preset" \
             "$dest/usr/lib/systemd/system-preset/80-burstwatch.preset"
-        vendor "$dest/usr/lib/burstwatch/vendor"
+        vendor "$ROOT/packaging/rpm/vendor.txt" "$dest/usr/lib/burstwatch/vendor"
+    elif [ "$kind" = deb-ubuntu22.04 ]; then
+        vendor "$ROOT/packaging/debian/vendor-ubuntu22.04.txt" "$dest/usr/lib/burstwatch/vendor"
     fi
 }
 
@@ -93,14 +100,30 @@ stage() {
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || date +%s)}
 export SOURCE_DATE_EPOCH
 
+# build_deb [FLAVOUR]: the .deb for Debian 12 and Ubuntu 24.04, or with FLAVOUR=ubuntu22.04 the one
+# for Ubuntu 22.04 (pyroute2 and prometheus_client bundled).
 build_deb() {
-    local dir="$BUILD_DIR/deb/burstwatch-$VERSION"
-    rm -rf "$BUILD_DIR/deb"
+    local flavour=${1:-} version=$VERSION kind=deb suite=unstable
+    if [ -n "$flavour" ]; then
+        # "~" sorts before the plain version: moving to the generic .deb of the same release (after a
+        # do-release-upgrade to 24.04) is an upgrade.
+        version="$VERSION~$flavour" kind="deb-$flavour" suite=jammy
+    fi
+    local dir="$BUILD_DIR/$kind/burstwatch-$version"
+    rm -rf "${BUILD_DIR:?}/$kind"
     mkdir -p "$dir"
-    stage "$dir" deb
+    stage "$dir" "$kind"
     cp -a "$ROOT/packaging/debian" "$dir/debian"
+    rm -f "$dir/debian/vendor-"*.txt "$dir/debian/copyright-vendor" "$dir/debian/lintian-overrides-vendor"
     install -m 0644 "$ROOT/systemd/burstwatch.service" "$dir/debian/burstwatch.service"
     install -m 0644 "$ROOT/packaging/burstwatch.sysusers" "$dir/debian/burstwatch.sysusers"
+    if [ -n "$flavour" ]; then
+        # The bundled libraries replace the distribution's, which are too old.
+        sed -i -e '/python3-pyroute2 (>= 0.7.2),/d' -e '/python3-prometheus-client (>= 0.16),/d' \
+            "$dir/debian/control"
+        cat "$ROOT/packaging/debian/copyright-vendor" >> "$dir/debian/copyright"
+        cat "$ROOT/packaging/debian/lintian-overrides-vendor" >> "$dir/debian/burstwatch.lintian-overrides"
+    fi
     {
         echo "stage/usr/lib/burstwatch usr/lib"
         echo "stage/usr/bin/burstwatch usr/bin"
@@ -110,25 +133,26 @@ build_deb() {
     } > "$dir/debian/burstwatch.install"
     echo "stage/usr/share/man/man1/burstwatch.1" > "$dir/debian/burstwatch.manpages"
     cat > "$dir/debian/changelog" <<EOF
-burstwatch ($VERSION) unstable; urgency=medium
+burstwatch ($version) $suite; urgency=medium
 
   * burstwatch $UPSTREAM, built by packaging/build.sh from agent/__init__.py.
 
  -- burstwatch developers <packaging@burstwatch.invalid>  $(date -u -R -d "@$SOURCE_DATE_EPOCH")
 EOF
     log "dpkg-buildpackage in $dir"
-    (cd "$dir" && dpkg-buildpackage -b -us -uc -rfakeroot >"$BUILD_DIR/deb/build.log" 2>&1) || {
-        tail -40 "$BUILD_DIR/deb/build.log" >&2
+    (cd "$dir" && dpkg-buildpackage -b -us -uc -rfakeroot >"$BUILD_DIR/$kind/build.log" 2>&1) || {
+        tail -40 "$BUILD_DIR/$kind/build.log" >&2
         exit 1
     }
     mkdir -p "$DIST"
-    cp "$BUILD_DIR/deb/burstwatch_${VERSION}_all.deb" "$DIST/"
-    log "built $DIST/burstwatch_${VERSION}_all.deb ($(stat -c %s "$DIST/burstwatch_${VERSION}_all.deb") bytes)"
+    local deb="burstwatch_${version}_all.deb"
+    cp "$BUILD_DIR/$kind/$deb" "$DIST/"
+    log "built $DIST/$deb ($(stat -c %s "$DIST/$deb") bytes)"
 }
 
-# vendor DEST: unpack the pinned, hash-checked wheels of packaging/rpm/vendor.txt into DEST.
+# vendor REQUIREMENTS DEST: unpack the pinned, hash-checked wheels listed in REQUIREMENTS into DEST.
 vendor() {
-    local dest=$1 wheels="$CACHE/wheels"
+    local req=$1 dest=$2 wheels="$CACHE/wheels"
     mkdir -p "$wheels" "$dest"
     # Never commit the cache: it ignores itself whatever the top-level .gitignore says.
     [ -f "$CACHE/../.gitignore" ] || printf '*\n' > "$CACHE/../.gitignore"
@@ -138,8 +162,8 @@ vendor() {
         pip=("$CACHE/pip-venv/bin/pip")
     fi
     "${pip[@]}" download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
-        --require-hashes -r "$ROOT/packaging/rpm/vendor.txt" -d "$wheels" >&2
-    "$PYTHON" - "$ROOT/packaging/rpm/vendor.txt" "$wheels" "$dest" <<'EOF'
+        --require-hashes -r "$req" -d "$wheels" >&2
+    "$PYTHON" - "$req" "$wheels" "$dest" <<'EOF'
 import pathlib, re, sys, zipfile
 req, wheels, dest = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
 for line in open(req, encoding="utf-8"):
@@ -186,6 +210,7 @@ build_rpm() {
 
 case "$what" in
     deb) build_deb ;;
+    deb-ubuntu22.04) build_deb ubuntu22.04 ;;
     rpm) build_rpm ;;
-    all) build_deb; build_rpm ;;
+    all) build_deb; build_deb ubuntu22.04; build_rpm ;;
 esac

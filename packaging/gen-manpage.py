@@ -10,8 +10,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent import __version__  # noqa: E402
-from agent.cli import build_parser  # noqa: E402
+from agent import __version__
+from agent.cli import build_parser
 
 
 def esc(text: str) -> str:
@@ -29,9 +29,9 @@ def options(parser: argparse.ArgumentParser) -> list[str]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction) or action.help == argparse.SUPPRESS:
             continue
-        names = ", ".join(action.option_strings) or action.metavar or action.dest
+        names = ", ".join(action.option_strings) or str(action.metavar or action.dest)
         if action.option_strings and action.nargs != 0:
-            names += " " + (action.metavar or action.dest.upper())
+            names += " " + str(action.metavar or action.dest.upper())
         out += [".TP", f"\\fB{esc(str(names))}\\fR", esc(action.help or "")]
     return out
 
@@ -45,8 +45,8 @@ def render() -> str:
         ".SH NAME",
         "burstwatch \\- " + esc("EC2 network burst-credit estimator, ENA/MTU checker and throughput prober"),
         ".SH SYNOPSIS",
-        f"\\fBburstwatch\\fR [\\fB\\-\\-version\\fR] [\\fB\\-\\-log\\-level\\fR \\fILEVEL\\fR] "
-        f"\\fICOMMAND\\fR [\\fIoptions\\fR]",
+        "\\fBburstwatch\\fR [\\fB\\-\\-version\\fR] [\\fB\\-\\-log\\-level\\fR \\fILEVEL\\fR] "
+        "\\fICOMMAND\\fR [\\fIoptions\\fR]",
         ".SH DESCRIPTION",
         esc(parser.description or ""),
         ".PP",

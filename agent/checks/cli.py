@@ -10,7 +10,7 @@ import textwrap
 from typing import Any, Callable, Optional, TextIO
 
 from agent import config as configmod
-from agent.checks import CHECKS, run_checks
+from agent.checks import CHECKS, is_slow, run_checks
 from agent.checks.context import CheckContext, build_context
 from agent.models.checks import STATUSES, Verdict, overall_exit_code
 
@@ -57,7 +57,8 @@ def cmd_check(args: argparse.Namespace, context_factory: Optional[ContextFactory
     (a bad config raises ConfigError, which the CLI turns into exit 2 as well)."""
     cfg = configmod.load(getattr(args, "config", None))
     ctx = (context_factory or build_context)(cfg)
-    verdicts = run_checks(ctx)
+    quick = getattr(args, "quick", False)
+    verdicts = run_checks(ctx, [n for n in CHECKS if not (quick and is_slow(n))])
     if getattr(args, "json", False):
         out.write(json.dumps(to_json(ctx, verdicts), indent=2, default=str) + "\n")
     else:

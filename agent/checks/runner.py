@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from agent import config as configmod
@@ -50,14 +54,44 @@ def daemon_context_factory(cfg: Callable[[], configmod.Config], interfaces: Call
     return make
 
 
+# include_slow -> every verdict of the round (the checks not run this round are absent)
+RoundExecutor = Callable[[bool], list[Verdict]]
+
+
+def subprocess_executor(config_path: Optional[str], timeout: float = 180.0) -> RoundExecutor:
+    """Rounds run as `burstwatch check --json` in a child process: the checks use netlink through
+    pyroute2 (~23 MB of RSS, as it imports asyncio and unittest.mock) and probe paths that may hang;
+    in a child neither stays resident in, nor can stall, the sampling daemon. The child reads the
+    same config file, so a reload applies to the next round."""
+    root = str(Path(__file__).resolve().parents[2])
+
+    def run(include_slow: bool) -> list[Verdict]:
+        cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r}); from agent.cli import main; "
+               "sys.exit(main())", "check", "--json"]
+        if config_path:
+            cmd += ["--config", config_path]
+        if not include_slow:
+            cmd.append("--quick")
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        try:
+            doc = json.loads(out.stdout)
+        except ValueError:
+            raise RuntimeError(f"`burstwatch check` exited {out.returncode}: {out.stderr.strip()[-500:]}") from None
+        return [Verdict.from_dict(d) for d in doc["verdicts"]]
+
+    return run
+
+
 class CheckRunner:
     """A daemon service (name, start, stop): runs the checks on a thread and keeps the latest verdicts."""
 
     name = "checks"
 
-    def __init__(self, context_factory: ContextFactory, interval: float = DEFAULT_INTERVAL,
-                 slow_interval: float = DEFAULT_SLOW_INTERVAL, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, context_factory: Optional[ContextFactory] = None, interval: float = DEFAULT_INTERVAL,
+                 slow_interval: float = DEFAULT_SLOW_INTERVAL, wall: Callable[[], float] = time.time,
+                 executor: Optional[RoundExecutor] = None) -> None:
         self.context_factory = context_factory
+        self.executor = executor
         self.interval = interval
         self.slow_interval = slow_interval
         self.wall = wall
@@ -69,6 +103,9 @@ class CheckRunner:
 
     def run_once(self, include_slow: bool = True) -> CheckState:
         """One round: build a context, run the checks due, publish a new CheckState."""
+        if self.executor is not None:
+            return self._publish_round(self.executor(include_slow), include_slow)
+        assert self.context_factory is not None
         ctx = self.context_factory(self._counters)
         self._counters = ctx.after or None
         old = self.state
@@ -87,6 +124,22 @@ class CheckRunner:
             self._last_slow = time.monotonic()
         flat = tuple(v for name in CHECKS for v in verdicts[name])
         self.state = CheckState(flat, last_run, durations, old.runs + 1)
+        bad = [f"{v.check}/{v.interface or '-'}={v.status}" for v in flat if v.status in ("warn", "fail")]
+        log.info("checks: %s%s", worst(flat), (" (" + ", ".join(bad) + ")") if bad else "")
+        return self.state
+
+    def _publish_round(self, found: list[Verdict], include_slow: bool) -> CheckState:
+        """A round run elsewhere (a child process): verdicts of checks it did not run are kept."""
+        old = self.state
+        ran = {v.check for v in found}
+        now = self.wall()
+        verdicts = {name: ([v for v in found if v.check == name] if name in ran else old.by_check(name))
+                    for name in CHECKS}
+        last_run = {**old.last_run, **{name: now for name in ran}}
+        if include_slow:
+            self._last_slow = time.monotonic()
+        flat = tuple(v for name in CHECKS for v in verdicts[name])
+        self.state = CheckState(flat, last_run, dict(old.durations), old.runs + 1)
         bad = [f"{v.check}/{v.interface or '-'}={v.status}" for v in flat if v.status in ("warn", "fail")]
         log.info("checks: %s%s", worst(flat), (" (" + ", ".join(bad) + ")") if bad else "")
         return self.state

@@ -33,25 +33,36 @@ class ShapingCollector:
     def __init__(self, mode: str, interfaces: Callable[[], list[str]], tc_in: Optional[str] = None,
                  tc_out: Optional[str] = None,
                  ethtool_reader: Optional[Callable[[], Any]] = None,
-                 tc_reader: Optional[Callable[[], Any]] = None) -> None:
+                 tc_reader: Optional[Callable[[], Any]] = None,
+                 ethtool_stats: Optional[Callable[[], Optional[dict[str, dict[str, int]]]]] = None) -> None:
         self.mode = mode
         self._interfaces = interfaces
         self.tc_in, self.tc_out = tc_in, tc_out
         self._ethtool_factory = ethtool_reader or _default_ethtool
         self._tc_factory = tc_reader or _default_tc
+        # The daemon hands over the ethtool collector's reading of this very sample, so the ioctls
+        # run once per sample, not twice.
+        self._ethtool_stats = ethtool_stats
         self._ethtool: Any = None
         self._tc: Any = None
         self.source: Optional[str] = None  # the source in use: ethtool | tc
 
-    def _read_ethtool(self) -> dict[str, int]:
+    def _per_interface_stats(self) -> list[dict[str, int]]:
+        if self._ethtool_stats is not None:
+            return list((self._ethtool_stats() or {}).values())
         if self._ethtool is None:
             self._ethtool = self._ethtool_factory()
-        total: dict[str, int] = {}
+        out = []
         for ifname in self._interfaces():
             try:
-                stats = self._ethtool.stats(ifname)
+                out.append(self._ethtool.stats(ifname))
             except (NotSupported, OSError):
                 continue
+        return out
+
+    def _read_ethtool(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for stats in self._per_interface_stats():
             for d, v in ethtool_shaping(stats).items():
                 total[d] = total.get(d, 0) + v
         if not total:

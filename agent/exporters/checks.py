@@ -7,13 +7,9 @@ from typing import Callable, Iterable, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from agent.checks.runner import CheckState
-from agent.models.checks import SEVERITY
+from agent.models.checks import STATUSES
 
 NS = "burstwatch"
-# burstwatch_check_status's value: the same numbers as `burstwatch check`'s exit codes (0 ok, 1 warn,
-# 2 fail), and -1 for a check that could not run here. `max by (check) (...)` is the worst interface;
-# alert on `burstwatch_check_status >= 2`.
-STATUS_VALUE = dict(SEVERITY)
 
 
 class CheckView:
@@ -26,16 +22,19 @@ class CheckView:
         st = self._state()
         if st is None:
             return
-        status = GaugeMetricFamily(f"{NS}_check_status", "Latest verdict per check and interface (or peer for "
-                                   "path_mtu, \"\" for instance-wide checks): 0 ok, 1 warn, 2 fail, -1 skip.",
-                                   labels=["check", "interface"])
+        # A state set (one series per status, 1 for the current one), so rules select the status by
+        # label: `burstwatch_check_status{status="fail"} == 1`, and a recovery shows as 1 -> 0.
+        status = GaugeMetricFamily(f"{NS}_check_status", "1 for the latest verdict (status: ok, warn, fail, skip) "
+                                   "per check and interface (the peer for path_mtu, \"\" for instance-wide checks), "
+                                   "0 for the other statuses.", labels=["check", "interface", "status"])
         seen = set()
         for v in st.verdicts:
             key = (v.check, v.interface)
             if key in seen:
                 continue  # a check returning two verdicts for one interface: the first one wins
             seen.add(key)
-            status.add_metric([v.check, v.interface], STATUS_VALUE[v.status])
+            for s in STATUSES:
+                status.add_metric([v.check, v.interface, s], 1.0 if s == v.status else 0.0)
         yield status
 
         last = GaugeMetricFamily(f"{NS}_check_last_run_timestamp_seconds", "Unix time the check last ran.",

@@ -63,7 +63,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("FailedChecks", "Count", "instance", "Maximum",
                "checks (ENA, driver, MTU) whose verdict is fail"),
     MetricSpec("ProbeThroughputBitsPerSecond", "Bits/Second", "peer", "Average",
-               "latest probe throughput per peer and direction (0 when the probe failed)"),
+               "probe throughput per peer and direction, in the period the probe ran (0 when it failed)"),
     # Optional
     MetricSpec("CreditRemainingBytes", "Bytes", "direction", "Minimum", "estimated burst credit left"),
     MetricSpec("CreditBucketBytes", "Bytes", "direction", "Maximum", "bucket size in use"),
@@ -94,7 +94,11 @@ class VerdictLike(Protocol):
 
 
 class ProbeResultLike(Protocol):
-    """What the publisher reads from a peer's latest probe result."""
+    """What the publisher reads from a peer's latest probe result (agent/probes/service.py ProbeResult).
+
+    The rate is `bits_per_second`, or else `throughput_bytes_per_second` (None when unknown); a result
+    with a `timestamp` (Unix time the probe ran) is published once, in the period it ran, and one without
+    is published as the latest value at every flush."""
 
     @property
     def peer(self) -> str: ...
@@ -103,10 +107,18 @@ class ProbeResultLike(Protocol):
     def direction(self) -> str: ...     # in | out
 
     @property
-    def bits_per_second(self) -> float: ...
-
-    @property
     def success(self) -> bool: ...
+
+
+def probe_bits_per_second(r: Any) -> float:
+    """The probe's throughput in bit/s; 0 for a failed probe (a failure is a value, not a gap)."""
+    if not r.success:
+        return 0.0
+    bps = getattr(r, "bits_per_second", None)
+    if bps is None:
+        nbytes = getattr(r, "throughput_bytes_per_second", None)
+        bps = nbytes * 8.0 if nbytes is not None else 0.0
+    return float(bps)
 
 
 # -- which metrics and dimensions -----------------------------------------------------------------
@@ -285,6 +297,7 @@ class CloudWatchPublisher:
                                             autoscaling_group if isinstance(autoscaling_group, str) else None,
                                             self._extra)
         self._checks, self._probes = checks, probes
+        self._probe_seen: dict[Dims, Any] = {}   # (Peer, Direction) -> timestamp of the result published
         self._client_factory = client_factory
         self._max_attempts = max_attempts
         self._wall = wall
@@ -422,7 +435,7 @@ class CloudWatchPublisher:
     def _sample_services(self, t: float) -> None:
         """Checks and probes are read here, in the publisher thread, once per flush: their callables
         may take locks of their own, and the sampler thread must not wait on them."""
-        samples: list[tuple[SeriesKey, float]] = []
+        samples: list[tuple[float, SeriesKey, float]] = []
         en = self._enabled
         if self._checks is not None and ({"FailedChecks", "WarnedChecks"} & en):
             try:
@@ -432,9 +445,9 @@ class CloudWatchPublisher:
                 statuses = None
             if statuses is not None:
                 if "FailedChecks" in en:
-                    samples.append((SeriesKey("FailedChecks", "Count"), float(statuses.count("fail"))))
+                    samples.append((t, SeriesKey("FailedChecks", "Count"), float(statuses.count("fail"))))
                 if "WarnedChecks" in en:
-                    samples.append((SeriesKey("WarnedChecks", "Count"), float(statuses.count("warn"))))
+                    samples.append((t, SeriesKey("WarnedChecks", "Count"), float(statuses.count("warn"))))
         if self._probes is not None and ({"ProbeThroughputBitsPerSecond", "ProbeSuccess"} & en):
             try:
                 results = list(self._probes())
@@ -443,15 +456,22 @@ class CloudWatchPublisher:
                 results = []
             for r in results:
                 dims = (("Peer", str(r.peer)), ("Direction", str(r.direction)))
+                ran = getattr(r, "timestamp", None)
+                when = t
+                if ran is not None:
+                    if self._probe_seen.get(dims) == ran:
+                        continue                  # already published, in the period it ran
+                    self._probe_seen[dims] = ran
+                    when = float(ran)
                 if "ProbeThroughputBitsPerSecond" in en:
-                    bps = float(r.bits_per_second) if r.success else 0.0
-                    samples.append((SeriesKey("ProbeThroughputBitsPerSecond", "Bits/Second", dims), bps))
+                    samples.append((when, SeriesKey("ProbeThroughputBitsPerSecond", "Bits/Second", dims),
+                                    probe_bits_per_second(r)))
                 if "ProbeSuccess" in en:
-                    samples.append((SeriesKey("ProbeSuccess", "None", dims), 1.0 if r.success else 0.0))
+                    samples.append((when, SeriesKey("ProbeSuccess", "None", dims), 1.0 if r.success else 0.0))
         if samples:
             with self._lock:
-                for key, value in samples:
-                    self._agg.add(t, key, value)
+                for when, key, value in samples:
+                    self._agg.add(when, key, value)
 
     def _flush(self, close_at: float, final: bool) -> None:
         # Service figures land in the newest period being closed (or the open one, at the end).

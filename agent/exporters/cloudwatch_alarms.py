@@ -217,7 +217,7 @@ def cmd_cloudwatch(args: argparse.Namespace, imds_get: Optional[ImdsGet] = None,
         asg: Optional[str] = args.autoscaling_group or None
     else:
         asg = autoscaling_group_name(instance_id, imds if imds_get is not None else None,
-                                     lambda: factory("ec2", region, None))
+                                     lambda: factory("ec2", region, cfg.instance.ec2_endpoint_url))
     dims = common_dimensions(instance_id, instance_type, asg, dict(cw.dimensions))
     alarms = alarm_params(cw.namespace, dims, cw.period, instance_id, args.sns_topic)
     print(json.dumps(alarms, indent=2) if args.json else render_text(alarms))

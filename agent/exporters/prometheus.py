@@ -130,7 +130,7 @@ def build_registry(views: Iterable[Any]) -> CollectorRegistry:
 
 
 class _Handler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("http %s", format % args)
 
 

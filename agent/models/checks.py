@@ -30,6 +30,11 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        return cls(str(d["check"]), str(d.get("interface") or ""), str(d["status"]), str(d.get("summary", "")),
+                   dict(d.get("evidence") or {}), str(d.get("remedy") or ""))
+
 
 def worst(verdicts: Iterable[Verdict]) -> str:
     """The most severe status among `verdicts` (skip when there are none)."""

@@ -172,3 +172,20 @@ def test_every_exposed_metric_is_documented_and_promtool_lints_the_exposition(ag
     assert promtool, "promtool missing: `make test-deps` installs it"
     out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_daemon_runs_the_checks_in_a_child_and_exports_verdicts(agent_lab: tuple) -> None:
+    lab, a, _b, _cfg, notes, proc = agent_lab
+    notes.wait_for("READY=1")
+    deadline = time.monotonic() + 60
+    m: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        m = metrics(lab, a)
+        if m.get("burstwatch_check_runs_total", 0) >= 1:
+            break
+        time.sleep(0.5)
+    assert m.get("burstwatch_check_runs_total", 0) >= 1, "no check round finished within 60 s"
+    # veth is not ENA: the driver check fails and says so, as it would for a non-ENA instance
+    assert m['burstwatch_check_status{check="driver",interface="eth0",status="fail"}'] == 1.0
+    assert m['burstwatch_check_status{check="imds",interface="",status="skip"}'] == 1.0   # imds.enabled = false
+    assert m['burstwatch_driver_info{driver="veth",in_tree="unknown",interface="eth0",version="1.0"}'] == 1.0

@@ -32,12 +32,18 @@ def _registry(state: object) -> CollectorRegistry:
 def test_status_values_and_details() -> None:
     reg = _registry(_state())
     get = reg.get_sample_value
-    assert get("burstwatch_check_status", {"check": "driver", "interface": "eth0"}) == 0
-    assert get("burstwatch_check_status", {"check": "queues", "interface": "eth0"}) == 1     # warn
-    assert get("burstwatch_check_status", {"check": "mtu", "interface": "eth0"}) == 1        # the 8900 rule
-    assert get("burstwatch_check_status", {"check": "imds", "interface": ""}) == -1          # skip
-    assert get("burstwatch_check_status", {"check": "path_mtu", "interface": "127.0.0.1"}) == 0
-    assert get("burstwatch_check_status", {"check": "path_mtu", "interface": "no-such-host.invalid"}) == -1
+    def status(check: str, interface: str) -> str:
+        values = {s: get("burstwatch_check_status", {"check": check, "interface": interface, "status": s})
+                  for s in ("ok", "warn", "fail", "skip")}
+        assert sorted(values.values()) == [0, 0, 0, 1], values     # a state set: exactly one status is 1
+        return next(s for s, val in values.items() if val == 1)
+
+    assert status("driver", "eth0") == "ok"
+    assert status("queues", "eth0") == "warn"
+    assert status("mtu", "eth0") == "warn"                          # the 8900 rule
+    assert status("imds", "") == "skip"
+    assert status("path_mtu", "127.0.0.1") == "ok"
+    assert status("path_mtu", "no-such-host.invalid") == "skip"
     assert get("burstwatch_check_last_run_timestamp_seconds", {"check": "rings"}) == 1700000000.0
     assert get("burstwatch_check_duration_seconds", {"check": "rings"}) >= 0
     assert get("burstwatch_check_runs_total") == 1
@@ -50,9 +56,11 @@ def test_status_values_and_details() -> None:
     assert get("burstwatch_interface_ring_entries", {"interface": "eth0", "ring": "tx", "setting": "maximum"}) == 512
 
 
-def test_fail_is_two() -> None:
+def test_fail_is_the_fail_series() -> None:
     reg = _registry(_state("vif-xen-m4.large"))
-    assert reg.get_sample_value("burstwatch_check_status", {"check": "driver", "interface": "eth0"}) == 2
+    labels = {"check": "driver", "interface": "eth0"}
+    assert reg.get_sample_value("burstwatch_check_status", {**labels, "status": "fail"}) == 1
+    assert reg.get_sample_value("burstwatch_check_status", {**labels, "status": "ok"}) == 0
 
 
 def test_nothing_before_the_first_round() -> None:

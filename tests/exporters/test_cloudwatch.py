@@ -59,12 +59,28 @@ def reading(d: str, ratio: float, exhaustion: float, rate: float) -> CreditReadi
     return CreditReading(d, rate, ratio * bucket, bucket, ratio, exhaustion, math.inf)
 
 
+_STARTED: list[CloudWatchPublisher] = []
+
+
 def make_publisher(endpoint: str, period: int = 60, flush_interval: float = 1.0,
                    **kw: Any) -> CloudWatchPublisher:
     extra = {k: kw.pop(k) for k in ("include", "dimensions", "backlog") if k in kw}
     cfg = dataclasses.replace(CloudWatchConfig(), enabled=True, region="us-east-1", endpoint_url=endpoint,
                               period=period, **extra)
-    return CloudWatchPublisher(cfg, instance_id=IID, instance_type=ITYPE, flush_interval=flush_interval, **kw)
+    pub = CloudWatchPublisher(cfg, instance_id=IID, instance_type=ITYPE, flush_interval=flush_interval, **kw)
+    _STARTED.append(pub)
+    return pub
+
+
+@pytest.fixture(autouse=True)
+def _publishers_end_with_their_test() -> Iterator[None]:
+    """A publisher thread still in a request must not write into the next test's (reset) moto."""
+    yield
+    while _STARTED:
+        pub = _STARTED.pop()
+        pub.stop(0.0)
+        if pub._thread is not None:
+            pub._thread.join(60)
 
 
 def cw_client(endpoint: str) -> Any:
@@ -167,7 +183,7 @@ def test_default_set_arrives_with_names_dimensions_units_and_values(moto: str, p
                 fed.setdefault(("ShapingEvents", d), []).append((t, float(inc)))
 
     # the regular flush (every second here) sends both closed minutes in one request
-    wait_for(lambda: pub.stats()["published"] >= 16, 10, "the first flush")
+    wait_for(lambda: pub.stats()["published"] >= 16, 20, "the first flush")
     started = time.monotonic()
     pub.stop(1.5)                                  # SIGTERM's flush: checks, probes, open period
     assert time.monotonic() - started < 1.5
@@ -223,6 +239,28 @@ def test_default_set_arrives_with_names_dimensions_units_and_values(moto: str, p
     assert reg.get_sample_value("burstwatch_cloudwatch_requests_total", {"result": "success"}) == len(puts)
 
 
+def test_timestamped_probe_results_are_published_once_in_the_period_they_ran(
+        moto: str, proxy: ThrottleProxy) -> None:
+    from agent.probes.service import ProbeResult
+
+    base = math.floor(time.time() / 60) * 60 - 180
+    results = [ProbeResult("10.0.1.23:5201", "out", True, base + 12.0, 5.0, bytes=10**9,
+                           throughput_bytes_per_second=5e8),
+               ProbeResult("10.0.1.24:5201", "in", False, base + 13.0, 5.0, error="refused")]
+    pub = make_publisher(proxy.url, probes=lambda: results)
+    pub.start()
+    wait_for(lambda: pub.stats()["published"] >= 2, 20, "the probe results")
+    time.sleep(1.5)                                # more flushes: the same results are not sent again
+    pub.stop(1.5)
+    assert pub.stats()["published"] == 2
+    cw = cw_client(moto)
+    for peer, d, value in (("10.0.1.23:5201", "out", 4e9), ("10.0.1.24:5201", "in", 0.0)):
+        dims = [*COMMON, {"Name": "Peer", "Value": peer}, {"Name": "Direction", "Value": d}]
+        got = statistics(cw, "ProbeThroughputBitsPerSecond", dims, base - 600, base + 600, 60)
+        assert list(got) == [base]
+        assert (got[base]["SampleCount"], got[base]["Sum"]) == (1.0, value)
+
+
 def test_include_and_extra_dimensions(moto: str, proxy: ThrottleProxy, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         pub = make_publisher(proxy.url, include=["CreditBucketBytes", "Shaped", "NoSuchMetric"],
@@ -262,7 +300,7 @@ def test_throttling_is_retried_by_botocore(moto: str, proxy: ThrottleProxy) -> N
     pub = make_publisher(proxy.url)
     pub.start()
     base = _feed_past_minute(pub)
-    wait_for(lambda: pub.stats()["published"] > 0, 15, "a publish after throttling")
+    wait_for(lambda: pub.stats()["published"] > 0, 30, "a publish after throttling")
     pub.stop(1.5)
     assert [r.status for r in proxy.puts()] == [400, 400, 200]   # one PutMetricData call, retried twice
     st = pub.stats()
@@ -304,9 +342,9 @@ def test_batches_respect_the_api_limits(moto: str, proxy: ThrottleProxy) -> None
     proxy.down()
     pub = make_publisher(proxy.url, period=1, probes=first_calls(2, peers), max_attempts=0)
     pub.start()
-    wait_for(lambda: pub.stats()["backlog"] >= 2500, 20, "a backlog of 2 flushes")
+    wait_for(lambda: pub.stats()["backlog"] >= 2500, 30, "a backlog of 2 flushes")
     proxy.up()
-    wait_for(lambda: pub.stats()["backlog"] == 0, 20, "the backlog to drain")
+    wait_for(lambda: pub.stats()["backlog"] == 0, 60, "the backlog to drain")
     pub.stop(1.5)
     st = pub.stats()
     puts = proxy.puts()
@@ -328,9 +366,9 @@ def test_big_dimensions_bind_on_bytes(moto: str, proxy: ThrottleProxy) -> None:
     proxy.down()
     pub = make_publisher(proxy.url, period=1, probes=first_calls(1, peers), dimensions=extra, max_attempts=0)
     pub.start()
-    wait_for(lambda: pub.stats()["backlog"] >= 40, 20, "a backlog")
+    wait_for(lambda: pub.stats()["backlog"] >= 40, 30, "a backlog")
     proxy.up()
-    wait_for(lambda: pub.stats()["backlog"] == 0 and pub.stats()["published"] >= 40, 30, "the drain")
+    wait_for(lambda: pub.stats()["backlog"] == 0 and pub.stats()["published"] >= 40, 60, "the drain")
     pub.stop(1.5)
     puts = proxy.puts()
     assert all(r.status == 200 and r.body_bytes <= 1_000_000 and r.max_dimensions == 30 for r in puts)
@@ -346,7 +384,7 @@ def test_old_20_datum_limit_is_learned(moto: str, proxy: ThrottleProxy, caplog: 
     for minute in range(3):
         cr = {d: reading(d, 0.5, 100.0, 1.0) for d in ("in", "out")}
         pub.observe(snapshot(base + 60 * minute, cr, {"in": 1.0, "out": 1.0}, None))
-    wait_for(lambda: pub.stats()["published"] >= 3 * 12, 15, "delivery in 20-datum batches")
+    wait_for(lambda: pub.stats()["published"] >= 3 * 12, 30, "delivery in 20-datum batches")
     pub.stop(1.5)
     puts = proxy.puts()
     assert [r.status for r in puts].count(400) == 1
@@ -404,7 +442,7 @@ def test_rejected_batches_are_dropped_not_retried_forever(moto: str, proxy: Thro
     pub = make_publisher(proxy.url)
     pub.start()
     _feed_past_minute(pub)
-    wait_for(lambda: pub.stats()["dropped"]["rejected"] > 0, 10, "the rejection")
+    wait_for(lambda: pub.stats()["dropped"]["rejected"] > 0, 20, "the rejection")
     pub.stop(1.5)
     st = pub.stats()
     assert st["dropped"]["rejected"] == st["failed"] == 8 and st["backlog"] == 0
@@ -418,9 +456,9 @@ def test_backlog_bound_keeps_the_newest(moto: str, proxy: ThrottleProxy) -> None
     cr = {d: reading(d, 0.5, 100.0, 1.0) for d in ("in", "out")}
     for k in range(10):                            # 10 seconds x 6 series = 60 datums for 20 places
         pub.observe(snapshot(base + k, cr, {"in": float(k), "out": 1.0}, None))
-    wait_for(lambda: pub.stats()["dropped"]["backlog_full"] == 40, 10, "the backlog to overflow")
+    wait_for(lambda: pub.stats()["dropped"]["backlog_full"] == 40, 20, "the backlog to overflow")
     proxy.up()
-    wait_for(lambda: pub.stats()["published"] == 20, 15, "the drain")
+    wait_for(lambda: pub.stats()["published"] == 20, 30, "the drain")
     pub.stop(1.5)
     got = statistics(cw_client(moto), "ThroughputBytesPerSecond", [*COMMON, {"Name": "Direction", "Value": "in"}],
                      base, base + 10, 1)

@@ -20,7 +20,15 @@ from agent.exporters.cloudwatch_alarms import (
     cloudformation,
     cmd_cloudwatch,
 )
-from tests.exporters.test_cloudwatch import IID, ITYPE, cw_client, make_publisher, reading, snapshot
+from tests.exporters.test_cloudwatch import (  # _publishers_end_with_their_test is an autouse fixture
+    IID,
+    ITYPE,
+    _publishers_end_with_their_test,  # noqa: F401
+    cw_client,
+    make_publisher,
+    reading,
+    snapshot,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "arn:aws:sns:us-east-1:123456789012:burst-alerts"

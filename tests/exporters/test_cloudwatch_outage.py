@@ -11,8 +11,9 @@ from typing import Iterator
 import pytest
 
 from agent.models.credit import CreditReading
-from tests.exporters.test_cloudwatch import (
+from tests.exporters.test_cloudwatch import (  # _publishers_end_with_their_test is an autouse fixture
     COMMON,
+    _publishers_end_with_their_test,  # noqa: F401
     assert_stats_match,
     cw_client,
     expected_sets,
@@ -71,7 +72,7 @@ def test_endpoint_down_for_30_seconds_loses_nothing_within_the_backlog(
     finally:
         done.set()
         feeder.join()
-    wait_for(lambda: pub.stats()["backlog"] == 0, 20, "the backlog to drain after the outage")
+    wait_for(lambda: pub.stats()["backlog"] == 0, 60, "the backlog to drain after the outage")
     pub.stop(1.5)                                   # and the last open second goes out at stop
 
     # the outage was real: calls failed and ~30 s of datapoints waited in the backlog

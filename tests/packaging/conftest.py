@@ -28,3 +28,11 @@ def debs(tmp_path_factory: pytest.TempPathFactory) -> Debs:
     v1 = copy_tree(base / "tree1")
     v2 = copy_tree(base / "tree2", version2)
     return Debs(build("deb", v1, base / "out1"), build("deb", v2, base / "out2"), version1, version2)
+
+
+@pytest.fixture(scope="session")
+def ubuntu2204_deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Ubuntu 22.04 flavour (pyroute2 and prometheus_client bundled)."""
+    require_root_tools("dpkg-buildpackage", "dh", "fakeroot")
+    base = tmp_path_factory.mktemp("deb-ubuntu2204")
+    return build("deb-ubuntu22.04", copy_tree(base / "tree"), base / "out")

@@ -69,7 +69,7 @@ def build(kind: str, tree: Path, out: Path) -> Path:
     """Run packaging/build.sh KIND in `tree` with its output in `out`; returns the package file."""
     env = dict(os.environ, DIST=str(out / "dist"), BUILD_DIR=str(out / "build"), BURSTWATCH_CACHE=str(CACHE))
     sh("bash", str(tree / "packaging" / "build.sh"), kind, env=env, timeout=600)
-    pattern = "burstwatch_*_all.deb" if kind == "deb" else "burstwatch-*.noarch.rpm"
+    pattern = "burstwatch-*.noarch.rpm" if kind == "rpm" else "burstwatch_*_all.deb"
     (pkg,) = (out / "dist").glob(pattern)
     return pkg
 
@@ -147,7 +147,7 @@ class DebianRoot:
         self.path = path
 
     @classmethod
-    def fresh(cls, dest: Path) -> "DebianRoot":
+    def fresh(cls, dest: Path) -> DebianRoot:
         tarball = base_tarball()
         dest.mkdir(parents=True)
         sh("tar", "-C", str(dest), "-xpf", str(tarball), timeout=300)
@@ -225,7 +225,7 @@ def seconds(value: str) -> float:
 def kernel_has_mdwe() -> bool:
     """PR_SET_MDWE (the kernel's MemoryDenyWriteExecute) exists from Linux 6.3."""
     m = re.match(r"(\d+)\.(\d+)", platform.release())
-    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (6, 3)
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= (6, 3)
 
 
 def wait_until(pred, timeout: float, interval: float = 0.1) -> bool:  # type: ignore[no-untyped-def]

@@ -22,7 +22,7 @@ TABLE_LINE = re.compile(r"^\[(?P<table>[A-Za-z0-9_.]+)\]\s*$")
 def documented(with_comments: bool = False) -> dict[str, str]:
     """Full key ("metrics.listen") -> the value text of its commented-out line (or the prose
     comment block just above it)."""
-    table, out, prose = "", {}, []
+    table, out, prose = "", {}, []  # type: tuple[str, dict[str, str], list[str]]
     for line in EXAMPLE.read_text(encoding="utf-8").splitlines():
         if m := TABLE_LINE.match(line):
             table, prose = m.group("table") + ".", []

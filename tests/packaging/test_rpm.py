@@ -36,7 +36,8 @@ def test_rpm_file_list(rpm: Path) -> None:
     for path in ("/usr/bin/burstwatch", "/etc/burstwatch/burstwatch.toml", "/usr/lib/systemd/system/burstwatch.service",
                  "/usr/lib/systemd/system-preset/80-burstwatch.preset", "/usr/lib/sysusers.d/burstwatch.conf",
                  "/usr/lib/burstwatch/agent/__init__.py", "/usr/lib/burstwatch/agent/cli.py",
-                 "/usr/lib/burstwatch/vendor/prometheus_client/__init__.py", "/usr/lib/burstwatch/vendor/tomli/__init__.py",
+                 "/usr/lib/burstwatch/vendor/prometheus_client/__init__.py",
+                 "/usr/lib/burstwatch/vendor/tomli/__init__.py",
                  "/usr/share/doc/burstwatch/install.md", "/usr/share/man/man1/burstwatch.1.gz",
                  "/usr/share/burstwatch/burstwatch.toml"):
         assert path in files, path

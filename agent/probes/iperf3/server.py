@@ -646,6 +646,7 @@ class _ServerTest:
         for s in self.streams:
             s.stop()
         last = [s.sample(t_end) for s in self.streams]  # TCP_INFO while the sockets are open
+        congestion = congestion_control(socks[0]) if socks and not udp else None
         for s in self.streams:
             s.close()
         last = [dataclasses.replace(x, bytes=s.bytes, packets=s.packets, errors=s.errors,
@@ -656,7 +657,7 @@ class _ServerTest:
             has_retrans = 1 if not udp and all(x.info is not None for x in last) else 0
         mine = p.Results(
             cpu_total=total, cpu_user=user, cpu_system=system, sender_has_retransmits=has_retrans,
-            congestion_used=congestion_control(socks[0]) if socks and not udp else None,
+            congestion_used=congestion,
             streams=tuple(p.StreamResult(
                 id=s.id, bytes=b.bytes - a.bytes,
                 retransmits=(b.info.total_retrans - (a.info.total_retrans if a.info else 0))

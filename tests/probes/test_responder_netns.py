@@ -1,0 +1,65 @@
+"""The allow list across namespaces: a responder in A allows B's link, not C's."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_root_tools
+from tests.probes.iperf3_helpers import listening, wait_until
+from tests.support.lab import Lab
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.netns
+
+
+def probe_from(lab: Lab, ns: str, target: str) -> dict:
+    """`burstwatch probe --json` run inside namespace `ns` (via the CLI function, as the command will)."""
+    code = textwrap.dedent(f"""
+        import argparse, sys
+        from agent.probes import cli
+        p = argparse.ArgumentParser(); cli.add_probe_arguments(p)
+        sys.exit(cli.cmd_probe(p.parse_args([{target!r}, "-t", "1", "-P", "2", "--json"])))
+    """)
+    proc = lab.run(ns, sys.executable, "-c", code, check=False, timeout=30)
+    return {"rc": proc.returncode, "doc": json.loads(proc.stdout), "stderr": proc.stderr}
+
+
+def test_only_allowed_networks_may_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    require_root_tools("ip", "iperf3")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    with Lab() as lab:
+        a, b, c = lab.host("a"), lab.host("b"), lab.host("c")
+        lab.link(a, b, "10.77.1.1/24", "10.77.1.2/24")
+        lab.link(a, c, "10.77.2.1/24", "10.77.2.2/24")
+        code = textwrap.dedent("""
+            import argparse, sys
+            from agent.probes import cli
+            sys.exit(cli.cmd_responder(argparse.Namespace(config=None, listen="0.0.0.0:5201",
+                                                          allow=["10.77.1.0/24"])))
+        """)
+        resp = lab.popen(a, sys.executable, "-c", code, text=True)
+        wait_until(lambda: listening(5201, a), timeout=15, what="responder in namespace a")
+
+        allowed = probe_from(lab, b, "10.77.1.1:5201")
+        denied = probe_from(lab, c, "10.77.2.1:5201")
+        iperf_allowed = lab.run(b, "iperf3", "-c", "10.77.1.1", "-t", "1", check=False)
+        iperf_denied = lab.run(c, "iperf3", "-c", "10.77.2.1", "-t", "1", check=False)
+
+        resp.send_signal(signal.SIGTERM)
+        _, log = resp.communicate(timeout=15)
+
+    assert allowed["rc"] == 0, allowed["stderr"]
+    assert allowed["doc"]["end"]["sum_received"]["bytes"] > 0
+    assert denied["rc"] == 1
+    assert "peer 10.77.2.1:5201: access denied: source 10.77.2.2 is not in the responder's allow list" \
+        in denied["stderr"]
+    assert iperf_allowed.returncode == 0, iperf_allowed.stderr
+    assert iperf_denied.returncode == 1 and "the server is busy running a test" in iperf_denied.stderr
+    assert log.count("refused peer=10.77.2.2 reason=not_allowed") == 2
+    assert "responder stopped: 2 tests completed, 0 aborted, 2 refused" in log

@@ -1,0 +1,256 @@
+"""The probe service: results per peer and direction, failures as values, discovery, archive hand-off."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from agent.models.profile import GBIT, BandwidthProfile
+from agent.probes.iperf3 import ProbeError, ProbeRequest
+from agent.probes.scheduler import Peer, Scheduler, parse_peer
+from agent.probes.service import (
+    ProbeService,
+    build_probe_service,
+    catalogue_peak,
+    pair_allowance,
+)
+from agent.readers import aws
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+M5 = BandwidthProfile("m5.large", 0.75 * GBIT, 10 * GBIT, 337.5e9, "config", "config", "config")
+
+
+def fixture(reverse: bool) -> dict[str, Any]:
+    """Captured from Debian's iperf3 3.12 (see the file's _source)."""
+    name = "iperf3-3.12-tcp-reverse.json" if reverse else "iperf3-3.12-tcp-forward.json"
+    return json.loads((FIXTURES / name).read_text())["doc"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FakeRunner:
+    """Stands in for run_probe: answers with captured iperf3 documents scaled to `gbps`, or raises."""
+
+    def __init__(self, gbps: float = 8.0, fail: Optional[BaseException] = None) -> None:
+        self.gbps = gbps
+        self.fail = fail
+        self.requests: list[ProbeRequest] = []
+
+    def __call__(self, req: ProbeRequest) -> dict[str, Any]:
+        self.requests.append(req)
+        if self.fail is not None:
+            raise self.fail
+        doc = copy.deepcopy(fixture(req.reverse))
+        doc["end"]["sum_received"]["bits_per_second"] = self.gbps * 1e9
+        doc["end"]["sum_received"]["bytes"] = int(self.gbps * 1e9 / 8 * req.duration)
+        doc["end"]["sum_sent"]["bytes"] = int(self.gbps * 1e9 / 8 * req.duration)
+        return doc
+
+
+def make(clock: Clock, runner: Any, peers: tuple[str, ...] = ("10.0.0.2",), credits: Any = None,
+         profile: Optional[BandwidthProfile] = M5, peer_peak: Any = lambda t: None, **kw: Any) -> ProbeService:
+    sched = Scheduler(interval=60.0, peers_per_round=kw.pop("k", 1), duration=5.0, streams=4, credit_floor=0.5,
+                      hourly_budget_bytes=kw.pop("budget", 1e15), credits=lambda: credits,
+                      peak_bytes_per_second=lambda: profile.peak_bytes_per_second if profile else None,
+                      clock=clock, rng=random.Random(1))
+    return ProbeService(sched, configured=[parse_peer(p) for p in peers], runner=runner,
+                        profile=lambda: profile, peer_peak=peer_peak, **kw)
+
+
+def run_round(svc: ProbeService, clock: Clock) -> list[Any]:
+    clock.t = max(clock.t, svc.scheduler.next_round)
+    out = []
+    while (r := svc.step()) is not None:
+        out.append(r)
+    return out
+
+
+def test_results_per_peer_and_direction() -> None:
+    clock, runner = Clock(), FakeRunner(gbps=8.0)
+    svc = make(clock, runner)
+    results = run_round(svc, clock)
+    assert [(r.peer, r.direction, r.success) for r in results] == [("10.0.0.2:5201", "out", True),
+                                                                  ("10.0.0.2:5201", "in", True)]
+    assert [(q.host, q.port, q.reverse, q.streams, q.duration) for q in runner.requests] == [
+        ("10.0.0.2", 5201, False, 4, 5.0), ("10.0.0.2", 5201, True, 4, 5.0)]
+    out, rev = results
+    assert out.throughput_bytes_per_second == pytest.approx(1e9)
+    # m5.large with credits: 10 Gbit/s is what the pair should get, 8 of 10 = 0.8.
+    assert out.expected_bytes_per_second == pytest.approx(10 * GBIT)
+    assert out.throughput_ratio == pytest.approx(0.8)
+    assert out.retransmits == 9
+    assert out.rtt_seconds == pytest.approx((366 + 158) / 2 / 1e6)
+    assert rev.rtt_seconds is None          # iperf3's reverse report carries no RTT for the local side
+    st = svc.snapshot()
+    assert st.runs == {("10.0.0.2:5201", "out", "success"): 1, ("10.0.0.2:5201", "in", "success"): 1}
+    assert st.budget_used_bytes == pytest.approx(2 * 5e9)
+    assert st.bytes_total == {"out": pytest.approx(5e9), "in": pytest.approx(5e9)}
+
+
+@pytest.mark.parametrize("exc,kind,backoff", [
+    (ProbeError("10.0.0.2:5201", "connection refused", "refused"), "refused", True),
+    (ProbeError("10.0.0.2:5201", "the server is busy", "busy"), "busy", False),
+    (ProbeError("10.0.0.2:5201", "no results", "timeout"), "timeout", True),
+    (RuntimeError("a bug in the runner"), "error", True),
+])
+def test_a_failed_probe_is_a_value(exc: BaseException, kind: str, backoff: bool) -> None:
+    clock = Clock()
+    svc = make(clock, FakeRunner(fail=exc))
+    results = run_round(svc, clock)
+    assert [(r.success, r.error, r.throughput_bytes_per_second) for r in results] == [(False, kind, None)] * 2
+    assert results[0].expected_bytes_per_second == pytest.approx(10 * GBIT)
+    st = svc.snapshot()
+    assert st.runs[("10.0.0.2:5201", "out", "failure")] == 1
+    run_round(svc, clock)   # failures 3 and 4 for a faulty peer: it then sits out a round
+    run_round(svc, clock)
+    assert (svc.snapshot().skipped["peer_backoff"] > 0) == backoff
+
+
+def test_iperf3_error_document_and_garbage_are_failures() -> None:
+    clock = Clock()
+    docs = iter([{"start": {}, "intervals": [], "end": {}, "error": "unable to connect to server"},
+                 {"not": "iperf3"}])
+    svc = make(clock, lambda req: next(docs))
+    results = run_round(svc, clock)
+    assert [(r.success, r.error) for r in results] == [(False, "error"), (False, "invalid")]
+
+
+@pytest.mark.parametrize("direction,credits,profile,peer_peak,expected", [
+    ("out", {}, M5, None, 10 * GBIT),                                    # ours with credits, peer unknown
+    ("out", {"out": (0.0, 1e9)}, M5, None, 0.75 * GBIT),                 # our out bucket empty: baseline
+    ("in", {"out": (0.0, 1e9), "in": (5e8, 1e9)}, M5, None, 10 * GBIT),  # the in bucket still has credit
+    ("out", {}, M5, 5 * GBIT, 5 * GBIT),                                 # smaller peer size decides
+    ("out", {}, M5, 25 * GBIT, 10 * GBIT),                               # bigger peer: we decide
+    ("out", {"out": (0.0, 1e9)}, M5, 5 * GBIT, 0.75 * GBIT),
+    ("out", {}, None, 5 * GBIT, 5 * GBIT),                               # our profile unknown
+    ("out", {}, None, None, None),
+])
+def test_pair_allowance(direction: str, credits: dict, profile: Optional[BandwidthProfile],
+                        peer_peak: Optional[float], expected: Optional[float]) -> None:
+    assert pair_allowance(direction, credits, profile, peer_peak) == expected
+
+
+def test_peer_size_from_discovery_sets_the_expectation() -> None:
+    clock = Clock()
+    svc = make(clock, FakeRunner(gbps=4.0), peers=(), peer_peak=catalogue_peak,
+               discover=lambda: [Peer("10.0.0.7", 5201, "t3.micro", "discovered")])
+    svc.refresh_peers()
+    results = run_round(svc, clock)
+    t3_peak = catalogue_peak("t3.micro")
+    assert t3_peak == pytest.approx(5 * GBIT)              # ec2-network-facts.md: t3.micro 0.064 / 5.0
+    assert results[0].expected_bytes_per_second == pytest.approx(t3_peak)
+    assert results[0].throughput_ratio == pytest.approx(0.8)
+
+
+def test_discovery_failure_keeps_the_last_good_list() -> None:
+    clock = Clock()
+    answers: list[Any] = [[Peer("10.0.0.7", 5201, "m5.large", "discovered")], RuntimeError("throttled")]
+
+    def discover() -> list[Peer]:
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    svc = make(clock, FakeRunner(), discover=discover, discover_interval=300.0)
+    svc.refresh_peers()
+    assert [p.key for p in svc.scheduler.peers] == ["10.0.0.2:5201", "10.0.0.7:5201"]
+    svc.refresh_peers()
+    st = svc.snapshot()
+    assert [p.key for p in st.peers] == ["10.0.0.2:5201", "10.0.0.7:5201"]
+    assert st.discovery is not None and not st.discovery.success and st.discovery.last_success_timestamp > 0
+    assert st.discovery.error == "throttled"
+
+
+def test_departed_peers_leave_the_results() -> None:
+    clock = Clock()
+    lists = [[Peer("10.0.0.7", 5201, None, "discovered")], []]
+    svc = make(clock, FakeRunner(), peers=(), discover=lambda: lists.pop(0))
+    svc.refresh_peers()
+    run_round(svc, clock)
+    assert {k[0] for k in svc.snapshot().results} == {"10.0.0.7:5201"}
+    svc.refresh_peers()
+    assert svc.snapshot().results == {}
+
+
+def test_credits_low_means_no_probe_and_the_runner_is_never_called() -> None:
+    clock, runner = Clock(), FakeRunner()
+    svc = make(clock, runner, credits={"in": (10e9, 337.5e9), "out": (337.5e9, 337.5e9)})
+    assert run_round(svc, clock) == []
+    assert runner.requests == []
+    assert svc.snapshot().skipped["credit_floor"] == 2
+
+
+def test_thread_runs_the_schedule_and_stops_promptly() -> None:
+    runner = FakeRunner()
+    sched = Scheduler(interval=0.2, peers_per_round=1, duration=1.0, streams=1, credit_floor=0.5,
+                      hourly_budget_bytes=1e15, rng=random.Random(3))
+    svc = ProbeService(sched, configured=[parse_peer("10.0.0.2")], runner=runner, profile=lambda: M5,
+                       peer_peak=lambda t: None)
+    svc.start()
+    try:
+        deadline = time.monotonic() + 5.0
+        while len(runner.requests) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        t0 = time.monotonic()
+        svc.stop(2.0)
+        stopped_in = time.monotonic() - t0
+    assert len(runner.requests) >= 6
+    assert stopped_in < 1.0
+    assert svc._thread is not None and not svc._thread.is_alive()
+    rounds = svc.snapshot().rounds
+    time.sleep(0.5)
+    assert svc.snapshot().rounds == rounds          # nothing runs after stop()
+
+
+def test_discovery_and_archive_end_to_end_through_moto(moto: str) -> None:
+    """build_probe_service as the daemon would: peers from EC2 tags, results into S3 (both moto over HTTP)."""
+    ec2 = aws.client("ec2", "us-east-1", moto)
+    vpc = ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.40.1.0/24")["Subnet"]["SubnetId"]
+    tag = [{"ResourceType": "instance", "Tags": [{"Key": "burstwatch:peer", "Value": "true"}]}]
+    me, peer = ec2.run_instances(ImageId="ami-12c6146b", MinCount=2, MaxCount=2, InstanceType="m5.large",
+                                 SubnetId=subnet, TagSpecifications=tag)["Instances"]
+    aws.client("s3", "us-east-1", moto).create_bucket(Bucket="results")
+    runner = FakeRunner(gbps=9.0)
+    svc = build_probe_service(
+        peers=[], interval=900.0, peers_per_round=1, duration=5.0, streams=4, credit_floor=0.5,
+        hourly_budget_bytes=1e12, credits=lambda: None, profile=lambda: M5, discover_tag="burstwatch:peer=true",
+        discover_endpoint_url=moto, vpc_id=vpc, region="us-east-1", instance_id=me["InstanceId"],
+        instance_type="m5.large", archive_bucket="results", archive_prefix="bw/", archive_endpoint_url=moto,
+        runner=runner)
+    assert svc.archive is not None
+    svc.archive.start()
+    try:
+        svc.refresh_peers()
+        assert [(p.host, p.instance_type, p.source) for p in svc.scheduler.peers] == [
+            (peer["PrivateIpAddress"], "m5.large", "discovered")]
+        svc.scheduler.next_round = svc.scheduler.clock()      # do not wait up to 15 minutes for round one
+        while svc.step() is not None:
+            pass
+        assert [q.host for q in runner.requests] == [peer["PrivateIpAddress"]] * 2
+        assert svc.archive.flush(20.0)
+    finally:
+        svc.archive.stop(2.0)
+    s3 = aws.client("s3", "us-east-1", moto)
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="results")["Contents"])
+    assert len(keys) == 2 and all(k.startswith("bw/d=") and f"-{me['InstanceId']}.json.gz" in k for k in keys)
+    body = json.loads(gzip.decompress(s3.get_object(Bucket="results", Key=keys[0])["Body"].read()))
+    assert body["instanceType"] == "m5.large" and body["region"] == "us-east-1"
+    st = svc.snapshot()
+    assert st.archive is not None and st.archive.uploaded == 2
+    assert st.discovery is not None and st.discovery.success and st.discovery.peers == 1
