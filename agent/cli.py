@@ -65,6 +65,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_cloudwatch(args: argparse.Namespace) -> int:
+    from agent.exporters.cloudwatch_alarms import cmd_cloudwatch as run
+    from agent.readers.imds import ImdsClient
+
+    im = configmod.load(args.config).imds
+    get = ImdsClient(im.endpoint, timeout=im.timeout, retries=im.retries, allow_imdsv1=im.allow_imdsv1).get \
+        if im.enabled else None
+    return run(args, imds_get=get)
+
+
 def _not_yet(what: str) -> Callable[[argparse.Namespace], int]:
     def run(_args: argparse.Namespace) -> int:
         print(f"burstwatch {what}: not available yet in this build", file=sys.stderr)
@@ -107,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--reverse", "-R", action="store_true", help="the server sends, we receive")
     sp.add_argument("--json", action="store_true", help="iperf3's JSON schema")
     add("check-config", cmd_check_config, "validate a config file; exit 0 or 2 naming the bad key")
+    from agent.exporters.cloudwatch_alarms import add_arguments as add_cloudwatch_arguments
+
+    sp = add("cloudwatch", cmd_cloudwatch, "print (or with --apply create) this instance's CloudWatch alarms",
+             config=False)
+    add_cloudwatch_arguments(sp)
     return p
 
 

@@ -152,7 +152,9 @@ class CloudWatchConfig:
                           check=lambda v: "must not start with 'AWS/'" if v.startswith("AWS/") else None)
     region: Optional[str] = _opt(None, "AWS region (default: from IMDS)")
     endpoint_url: Optional[str] = _opt(None, "CloudWatch endpoint (default: AWS)", check=check_url)
-    period: int = _opt(60, "aggregation period, seconds (1 = high resolution)", lo=1, hi=3600)
+    period: int = _opt(60, "aggregation period, seconds (below 60 = high resolution)", lo=1, hi=3600)
+    flush_interval: Optional[float] = _opt(None, "seconds between PutMetricData rounds (default: max(period, 10))",
+                                           lo=1.0, hi=3600.0)
     include: list[str] = _opt(None, "metric names to publish beyond the default set", factory=list)
     dimensions: dict[str, str] = _opt(None, "extra dimensions added to every datum", factory=dict)
     backlog: int = _opt(10000, "datapoints kept while CloudWatch is unreachable", lo=0, hi=1_000_000)

@@ -80,6 +80,8 @@ class Daemon:
         self.credits: Optional[CreditTracker] = None
         self.instance: Optional[InstanceInfo] = None
         self.ethtool: Optional[EthtoolCollector] = None
+        self.cloudwatch: Optional[Any] = None
+        self.checks: Optional[CheckRunner] = None
         self.profile = BandwidthProfile()
 
     # -- signals ---------------------------------------------------------------------------------
@@ -122,6 +124,8 @@ class Daemon:
             self.profile = profile_for(new, self.instance)
             self.instance = dataclasses.replace(self.instance, profile=self.profile)
             self.credits.set_profile(self.profile)
+        if new.cloudwatch != old.cloudwatch:
+            log.warning("[cloudwatch] changed; it takes effect at the next restart")
         if new.metrics.listen != old.metrics.listen:
             log.warning("metrics.listen changed to %s; it takes effect at the next restart", new.metrics.listen)
         log.info("config reloaded from %s", self.config_path or configmod.DEFAULT_CONFIG_PATH)
@@ -159,14 +163,48 @@ class Daemon:
         sampler.hooks.append(self.credits.hook)
         self.shutdown_hooks.append(self.credits.save)
         credits = self.credits
-        checks = CheckRunner(executor=subprocess_executor(self.config_path))
+        checks = self.checks = CheckRunner(executor=subprocess_executor(self.config_path))
         self.services.append(checks)
         self.views = [BuildInfoView(), SamplerView(latest), self.reload_state, InstanceView(lambda: self.instance),
                       CreditView(latest, lambda: shaping.source, lambda: credits.restore_note),
                       EnaView(lambda: sampler.latest.extra.get("ethtool") if sampler.latest else None),
                       CheckView(lambda: checks.state if checks.state.runs else None), *self.views]
+        if self.cfg.cloudwatch.enabled:
+            self.cloudwatch = self._cloudwatch()
+            self.views.append(self.cloudwatch.view)
+        # The publisher is added last so it is stopped first and gets most of the shutdown budget to flush.
+        if self.cloudwatch is not None:
+            self.services.append(self.cloudwatch)
         host, port = configmod.split_hostport(self.cfg.metrics.listen)
         self.server = MetricsServer(host, port, build_registry(self.views))
+
+    def _cloudwatch(self) -> Any:
+        """The CloudWatch publisher (imports boto3: only when [cloudwatch] enabled = true)."""
+        from agent.exporters.cloudwatch import CloudWatchPublisher, autoscaling_group_name
+        from agent.readers import aws
+        from agent.readers.imds import ImdsClient
+
+        cw, ident = self.cfg.cloudwatch, (self.instance.identity if self.instance else None)
+        iid = ident.instance_id if ident else None
+        region = cw.region or (ident.region if ident else None)
+        imds_get = None
+        if self.cfg.imds.enabled and ident is not None:
+            im = self.cfg.imds
+            imds_get = ImdsClient(im.endpoint, timeout=im.timeout, retries=im.retries,
+                                  allow_imdsv1=im.allow_imdsv1).get
+        ec2_url = self.cfg.instance.ec2_endpoint_url
+        checks = self.checks
+        return CloudWatchPublisher(
+            cw, region=region, instance_id=iid,
+            instance_type=self.instance.instance_type if self.instance else self.cfg.instance.type,
+            autoscaling_group=(lambda: autoscaling_group_name(
+                iid, imds_get, lambda: aws.client("ec2", region, ec2_url))) if iid else None,
+            checks=(lambda: checks.state.verdicts) if checks is not None else None,
+            probes=self._probe_results, flush_interval=cw.flush_interval)
+
+    def _probe_results(self) -> list[Any]:
+        probes = getattr(self, "probes", None)
+        return list(probes.snapshot().results.values()) if probes is not None else []
 
     def status_line(self, snap: Snapshot) -> str:
         ifs = ",".join(snap.interfaces) or "no interfaces"
@@ -203,6 +241,11 @@ class Daemon:
             if now < next_tick:
                 continue
             snap = self.sampler.step()
+            if self.cloudwatch is not None:
+                try:
+                    self.cloudwatch.observe(snap)   # copies figures into its aggregator; no network here
+                except Exception:
+                    log.exception("cloudwatch observe failed")
             # Ticks are anchored to the schedule, not to the end of the step, so the interval does not
             # drift; after a stall (suspend, overload) it skips ahead instead of bursting.
             next_tick += self.cfg.sample_interval

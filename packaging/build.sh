@@ -8,7 +8,7 @@
 # like the .rpm does (packaging/debian/vendor-ubuntu22.04.txt), and depends on Ubuntu for the rest.
 #
 # Works from a clean clone: the version comes from agent/__init__.py (the one place it lives), the
-# file layout is staged once and shared by both packages, and the .rpm's bundled wheels are
+# file layout is staged once and shared by all packages, and the bundled wheels are
 # downloaded from PyPI by hash into .cache/packaging/wheels (reused on later runs).
 # Needs: dpkg-dev, debhelper, dh-python, fakeroot (deb); rpm (rpmbuild) and python3-pip or
 # python3-venv (rpm). Environment: DIST (output dir, default dist/), BUILD_DIR (scratch, default

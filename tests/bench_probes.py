@@ -115,9 +115,9 @@ def loopback(report: Report) -> None:
             report(f"probe_loopback_{streams}s_ratio_server_vs_iperf3_client",
                    med["iperf3_to_burstwatch"] / med["iperf3"])
             target = 1.0 if streams == 4 else 0.9
+            gbps = {k: [round(x / 1e9, 2) for x in v] for k, v in runs.items()}
             print(f"  -> {streams} stream(s): burstwatch/iperf3 = {med['burstwatch'] / med['iperf3']:.2f} "
-                  f"(target >= {target}); runs {json.dumps({k: [round(x / 1e9, 2) for x in v] for k, v in runs.items()})}",
-                  flush=True)
+                  f"(target >= {target}); runs in Gbit/s {json.dumps(gbps)}", flush=True)
     finally:
         servers.close()
 

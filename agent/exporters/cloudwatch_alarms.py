@@ -97,65 +97,63 @@ def render_text(alarms: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def cloudformation(namespace: str, period: int, extra: dict[str, str]) -> str:
-    """The same alarms as a CloudFormation template (YAML) with InstanceId, InstanceType,
-    AutoScalingGroupName and AlarmTopicArn as parameters; `extra` is [cloudwatch] dimensions."""
-    out = [
-        "AWSTemplateFormatVersion: '2010-09-09'",
-        "Description: burstwatch alarms for one instance (burstwatch cloudwatch alarms --cloudformation)",
-        "Parameters:",
-        "  InstanceId:",
-        "    Type: String",
-        "  InstanceType:",
-        "    Type: String",
-        "  AutoScalingGroupName:",
-        "    Type: String",
-        "    Default: ''",
-        "    Description: the instance's Auto Scaling group, if it has one (burstwatch adds the dimension)",
-        "  AlarmTopicArn:",
-        "    Type: String",
-        "    Default: ''",
-        "    Description: SNS topic to notify (empty for none)",
-        "Conditions:",
-        "  HasGroup: !Not [!Equals [!Ref AutoScalingGroupName, '']]",
-        "  HasTopic: !Not [!Equals [!Ref AlarmTopicArn, '']]",
-        "Resources:",
-    ]
-    extra_dims = [(n, extra[n]) for n in sorted(extra)]
+def cloudformation_template(namespace: str, period: int, extra: dict[str, str]) -> dict[str, Any]:
+    """The same alarms as a CloudFormation template, with InstanceId, InstanceType, AutoScalingGroupName
+    and AlarmTopicArn as parameters; `extra` is [cloudwatch] dimensions."""
+    no_value = {"Ref": "AWS::NoValue"}
+    topic = {"Fn::If": ["HasTopic", [{"Ref": "AlarmTopicArn"}], no_value]}
+    resources: dict[str, Any] = {}
     for spec in ALARMS:
         for d in DIRECTIONS:
-            out += [
-                f"  {spec.title}{d.capitalize()}:",
-                "    Type: AWS::CloudWatch::Alarm",
-                "    Properties:",
-                f"      AlarmName: !Sub 'burstwatch-${{InstanceId}}-{spec.slug}-{d}'",
-                f"      AlarmDescription: '{spec.description.format(direction=WORDS[d])}'",
-                f"      Namespace: {namespace}",
-                f"      MetricName: {spec.metric}",
-                "      Dimensions:",
-                "        - Name: InstanceId",
-                "          Value: !Ref InstanceId",
-                "        - Name: InstanceType",
-                "          Value: !Ref InstanceType",
-                "        - !If [HasGroup, {Name: AutoScalingGroupName, Value: !Ref AutoScalingGroupName}, "
-                "!Ref 'AWS::NoValue']",
+            dims: list[Any] = [
+                {"Name": "InstanceId", "Value": {"Ref": "InstanceId"}},
+                {"Name": "InstanceType", "Value": {"Ref": "InstanceType"}},
+                {"Fn::If": ["HasGroup", {"Name": "AutoScalingGroupName",
+                                         "Value": {"Ref": "AutoScalingGroupName"}}, no_value]},
             ]
-            for n, v in extra_dims:
-                out += [f"        - Name: {n}", f"          Value: '{v}'"]
-            out += [
-                "        - Name: Direction",
-                f"          Value: {d}",
-                f"      Statistic: {spec.statistic}",
-                f"      Period: {alarm_period(period)}",
-                "      EvaluationPeriods: 1",
-                "      DatapointsToAlarm: 1",
-                f"      Threshold: {spec.threshold:g}",
-                f"      ComparisonOperator: {spec.comparison}",
-                f"      TreatMissingData: {spec.treat_missing}",
-                "      AlarmActions: !If [HasTopic, [!Ref AlarmTopicArn], !Ref 'AWS::NoValue']",
-                "      OKActions: !If [HasTopic, [!Ref AlarmTopicArn], !Ref 'AWS::NoValue']",
-            ]
-    return "\n".join(out) + "\n"
+            dims += [{"Name": n, "Value": extra[n]} for n in sorted(extra)]
+            dims.append({"Name": "Direction", "Value": d})
+            resources[f"{spec.title}{d.capitalize()}"] = {
+                "Type": "AWS::CloudWatch::Alarm",
+                "Properties": {
+                    "AlarmName": {"Fn::Sub": f"burstwatch-${{InstanceId}}-{spec.slug}-{d}"},
+                    "AlarmDescription": spec.description.format(direction=WORDS[d]),
+                    "Namespace": namespace,
+                    "MetricName": spec.metric,
+                    "Dimensions": dims,
+                    "Statistic": spec.statistic,
+                    "Period": alarm_period(period),
+                    "EvaluationPeriods": 1,
+                    "DatapointsToAlarm": 1,
+                    "Threshold": spec.threshold,
+                    "ComparisonOperator": spec.comparison,
+                    "TreatMissingData": spec.treat_missing,
+                    "AlarmActions": topic,
+                    "OKActions": topic,
+                },
+            }
+    return {
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Description": "burstwatch alarms for one instance (burstwatch cloudwatch alarms --cloudformation)",
+        "Parameters": {
+            "InstanceId": {"Type": "String"},
+            "InstanceType": {"Type": "String"},
+            "AutoScalingGroupName": {"Type": "String", "Default": "",
+                                     "Description": "the instance's Auto Scaling group, if it has one"},
+            "AlarmTopicArn": {"Type": "String", "Default": "", "Description": "SNS topic to notify (empty: none)"},
+        },
+        "Conditions": {
+            "HasGroup": {"Fn::Not": [{"Fn::Equals": [{"Ref": "AutoScalingGroupName"}, ""]}]},
+            "HasTopic": {"Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]},
+        },
+        "Resources": resources,
+    }
+
+
+def cloudformation(namespace: str, period: int, extra: dict[str, str]) -> str:
+    """The template as CloudFormation JSON (JSON rather than YAML: the standard library reads it back,
+    so the tests check exactly what an operator deploys)."""
+    return json.dumps(cloudformation_template(namespace, period, extra), indent=2) + "\n"
 
 
 # -- the command --------------------------------------------------------------------------------

@@ -93,7 +93,7 @@ class ProbesView:
                                 value=st.budget_used_bytes)
         yield GaugeMetricFamily(f"{NS}_budget_bytes", "Hourly probe byte budget ([probe] hourly_budget_bytes).",
                                 value=st.budget_bytes)
-        yield GaugeMetricFamily(f"{NS}_rounds", "Scheduling rounds begun since start.", value=st.rounds)
+        yield CounterMetricFamily(f"{NS}_rounds", "Scheduling rounds begun since start.", value=st.rounds)
         yield GaugeMetricFamily(f"{NS}_next_round_timestamp_seconds", "Unix time the next round is due.",
                                 value=st.next_round_timestamp)
         yield GaugeMetricFamily(f"{NS}_running", "1 while a probe is in flight.", value=1.0 if st.running else 0.0)

@@ -154,6 +154,7 @@ class ProbeService:
         self.wall = wall
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._nudge = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._discovered: tuple[Peer, ...] = ()
         self._discovery: Optional[DiscoveryStatus] = None
@@ -181,6 +182,7 @@ class ProbeService:
         the timeout passes does not hold up the process)."""
         deadline = time.monotonic() + timeout
         self._stop.set()
+        self._nudge.set()
         if self._thread is not None:
             self._thread.join(max(0.0, deadline - time.monotonic()))
         if self.archive is not None:
@@ -195,7 +197,8 @@ class ProbeService:
                 log.exception("probe service step failed")
                 self._stop.wait(MAX_SLEEP)
                 continue
-            self._stop.wait(self.sleep_seconds())
+            self._nudge.wait(self.sleep_seconds())
+            self._nudge.clear()
 
     def sleep_seconds(self) -> float:
         with self._lock:
@@ -280,6 +283,34 @@ class ProbeService:
         if result.success and doc is not None and self.archive is not None:
             self.archive.submit(doc, started)
         return result
+
+    def reconfigure(self, *, peers: Sequence[str], interval: float, peers_per_round: int, duration: float,
+                    streams: int, credit_floor: float, hourly_budget_bytes: float,
+                    directions: Sequence[str] = DIRECTIONS, default_port: int = 5201) -> None:
+        """Apply a reloaded [probe] section (SIGHUP). Peer history, the budget window and the counters
+        carry over; a shorter interval takes effect at once (the next round moves to a random point of the
+        new interval when that is sooner). Discovery and archive settings need a restart."""
+        from agent.probes.scheduler import parse_peer
+
+        configured = tuple(parse_peer(p, default_port) for p in peers)
+        if any(d not in DIRECTIONS for d in directions) or not directions:
+            raise ValueError(f"directions must be drawn from {DIRECTIONS}")
+        with self._lock:
+            s = self.scheduler
+            if interval != s.interval:
+                s.next_round = min(s.next_round, s.clock() + s.rng.uniform(0.0, interval))
+            s.interval, s.peers_per_round, s.duration, s.streams = interval, peers_per_round, duration, streams
+            s.credit_floor, s.hourly_budget_bytes, s.directions = credit_floor, hourly_budget_bytes, tuple(directions)
+            self.configured = configured
+            s.set_peers(self.configured + self._discovered)
+            keep = {p.key for p in s.peers}
+            self._results = {k: v for k, v in self._results.items() if k[0] in keep}
+            self._runs = {k: v for k, v in self._runs.items() if k[0] in keep}
+        self._wake()
+
+    def _wake(self) -> None:
+        """Cut the thread's current sleep short (it re-reads the schedule)."""
+        self._nudge.set()
 
     # -- the view's side ---------------------------------------------------------------------------------
     def snapshot(self) -> ProbeState:

@@ -123,3 +123,31 @@ def test_shaped_link_both_tools_agree_with_the_shaper(monkeypatch: pytest.Monkey
     assert close(o_rate, rate, 0.06), o_rate
     assert close(o_rate, t_rate, 0.03), (o_rate, t_rate)
 
+
+
+@pytest.mark.parametrize("options", [
+    ["-n", "100M"],                 # a byte count instead of a time (time 0)
+    ["-k", "200"],                  # a block count (200 x 128 KiB)
+    ["-t", "1", "-O", "1"],         # omit the first second
+    ["-t", "1", "-w", "1M", "-C", "reno", "-S", "16", "--fq-rate", "2G", "-R"],
+    ["-t", "1", "--get-server-output", "-P", "2"],
+    ["-t", "1", "-u", "-b", "10M", "--udp-counters-64bit", "-R"],
+])
+def test_iperf3_options_against_responder(options: list[str]) -> None:
+    with responder(max_bytes=BIG) as r:
+        doc = iperf3_json("127.0.0.1", r.address[1], *options)
+        wait_until(lambda: not r.stats.snapshot().busy, what="responder settled")
+        snap = r.stats.snapshot()
+    end = doc["end"]
+    assert snap.tests == {"completed": 1, "aborted": 0}
+    assert end["sum_received"]["bytes"] > 0
+    if "-n" in options:
+        assert end["sum_sent"]["bytes"] >= 100 * 1024 * 1024
+    if "-k" in options:
+        assert end["sum_sent"]["bytes"] == 200 * 128 * 1024
+    if "-O" in options:
+        assert 0.9 < end["sum_received"]["seconds"] < 1.2  # the omitted second is not in the results
+    if "-C" in options:
+        assert end["sender_tcp_congestion"] == "reno"
+    if "--get-server-output" in options:
+        assert "burstwatch responder: 2 streams" in doc["server_output_text"]

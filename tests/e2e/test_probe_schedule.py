@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -97,7 +98,9 @@ def wait_for(lab: Lab, ns: str, cond: Callable[[dict], bool], timeout: float, wh
 
 
 def write_credits(path: Path, in_ratio: float, out_ratio: float) -> None:
-    path.write_text(json.dumps({"in": [in_ratio * BUCKET, BUCKET], "out": [out_ratio * BUCKET, BUCKET]}))
+    tmp = path.with_suffix(".tmp")       # atomic: the agent may read at any moment
+    tmp.write_text(json.dumps({"in": [in_ratio * BUCKET, BUCKET], "out": [out_ratio * BUCKET, BUCKET]}))
+    tmp.replace(path)
 
 
 def test_two_agents_probe_each_other_on_a_schedule(tmp_path: Path) -> None:
@@ -119,55 +122,63 @@ def test_two_agents_probe_each_other_on_a_schedule(tmp_path: Path) -> None:
                                               (b, B_IP, f"{A_IP}:5201", 1e12, b_credits)):
             spec = {"listen": f"{me}:5201", "allow": ["10.97.0.0/24"], "peer": peer, "budget": budget,
                     "credits": str(credits)}
-            agents[ns] = lab.popen(ns, sys.executable, "-c", code, json.dumps(spec), env=env, cwd=str(ROOT),
-                                   stdout=open(tmp_path / f"{ns}.out", "w"),
-                                   stderr=open(tmp_path / f"{ns}.log", "w"))
-        a_peer = f"{B_IP}:5202"
-
-        # Phase 1: A probes both directions until its hourly budget runs out; B skips for its credit floor.
-        ma = wait_for(lab, a, lambda m: (value(m, "burstwatch_probe_skipped_total", reason="budget") or 0) >= 1,
-                      30.0, "A's budget skips")
-        mb = scrape(lab, b)
-        for d in ("out", "in"):
-            assert value(ma, "burstwatch_probe_success", peer=a_peer, direction=d) == 1.0, d
-            rate = value(ma, "burstwatch_probe_throughput_bytes_per_second", peer=a_peer, direction=d)
-            # tbf counts IP packets, the receiver TCP payload (1448 of 1500 bytes): ~3.5 % under the shaper,
-            # and a 2 s probe loses a little more to slow start. Unshaped, veth would give several Gbit/s.
-            assert 0.8 * PEAK < rate < 1.02 * PEAK, (d, rate * 8)
-            ratio = value(ma, "burstwatch_probe_throughput_ratio", peer=a_peer, direction=d)
-            assert ratio == pytest.approx(rate / PEAK), (d, ratio)
-            assert value(ma, "burstwatch_probe_expected_bytes_per_second", peer=a_peer, direction=d) == PEAK
-            assert value(ma, "burstwatch_probe_duration_seconds", peer=a_peer, direction=d) >= DURATION
-            assert value(ma, "burstwatch_probe_last_run_timestamp_seconds", peer=a_peer, direction=d) > 1e9
-        assert value(ma, "burstwatch_probe_rtt_seconds", peer=a_peer, direction="out") > 0
-        assert value(ma, "burstwatch_probe_retransmits", peer=a_peer, direction="out") is not None
-        runs = sum(v for (n, _), v in ma.items() if n == "burstwatch_probe_runs_total")
-        used = value(ma, "burstwatch_probe_budget_used_bytes")
-        assert runs >= 2
-        # Each probe started only with room for its expected bytes: the hour's total stays near the budget.
-        assert used <= A_BUDGET + 0.2 * PEAK * DURATION, used
-        assert value(ma, "burstwatch_probe_skipped_total", reason="credit_floor") == 0
-        assert (value(mb, "burstwatch_probe_skipped_total", reason="credit_floor") or 0) >= 2
-        assert sum(v for (n, _), v in mb.items() if n == "burstwatch_probe_runs_total") == 0
-        assert value(mb, "burstwatch_responder_tests_total", result="completed") in (None, 0.0)
-
-        # Phase 2: B's outbound bucket is full, its inbound one just above the floor: outbound probes run,
-        # inbound ones would cross the floor by themselves (0.51 GB - 50 MB < 0.5 GB) and are skipped.
-        write_credits(b_credits, 0.51, 1.0)
-        b_peer = f"{A_IP}:5201"
-        mb = wait_for(lab, b, lambda m: value(m, "burstwatch_probe_success", peer=b_peer, direction="out") == 1.0
-                      and (value(m, "burstwatch_probe_skipped_total", reason="would_cross_floor") or 0) >= 1,
-                      30.0, "B's first probe of A's responder")
-        rate = value(mb, "burstwatch_probe_throughput_bytes_per_second", peer=b_peer, direction="out")
-        assert 0.8 * PEAK < rate < 1.02 * PEAK, rate * 8
-        assert value(mb, "burstwatch_probe_success", peer=b_peer, direction="in") is None
-        ma = scrape(lab, a)
-        assert value(ma, "burstwatch_responder_tests_total", result="completed") >= 1   # A served B's probe
+            with open(tmp_path / f"{ns}.log", "w") as log_file:     # the child keeps its own copy
+                agents[ns] = lab.popen(ns, sys.executable, "-c", code, json.dumps(spec), env=env, cwd=str(ROOT),
+                                       stdout=log_file, stderr=subprocess.STDOUT)
+        try:
+            _phases(lab, a, b, b_credits)
+        except AssertionError as exc:
+            logs = "\n".join(f"--- {ns}\n{(tmp_path / f'{ns}.log').read_text()[-3000:]}" for ns in agents)
+            raise AssertionError(f"{exc}\n{logs}") from None
 
         # The agents stop cleanly on SIGTERM.
         for proc in agents.values():
             proc.send_signal(signal.SIGTERM)
         for ns, proc in agents.items():
             assert proc.wait(10) == 0, (tmp_path / f"{ns}.log").read_text()[-2000:]
-    log_a = (tmp_path / f"{a}.log").read_text()
-    assert "probe scheduler started" in log_a and f"peer={a_peer} direction=out" in log_a
+        log_a = (tmp_path / f"{a}.log").read_text()
+    assert "probe scheduler started" in log_a and f"peer={B_IP}:5202 direction=out" in log_a
+
+
+def _phases(lab: Lab, a: str, b: str, b_credits: Path) -> None:
+    a_peer = f"{B_IP}:5202"
+
+    # Phase 1: A probes both directions until its hourly budget runs out; B skips for its credit floor.
+    ma = wait_for(lab, a, lambda m: (value(m, "burstwatch_probe_skipped_total", reason="budget") or 0) >= 1,
+                  30.0, "A's budget skips")
+    mb = scrape(lab, b)
+    for d in ("out", "in"):
+        assert value(ma, "burstwatch_probe_success", peer=a_peer, direction=d) == 1.0, d
+        rate = value(ma, "burstwatch_probe_throughput_bytes_per_second", peer=a_peer, direction=d)
+        # tbf counts IP packets, the receiver TCP payload (1448 of 1500 bytes): ~3.5 % under the shaper,
+        # and a 2 s probe loses a little more to slow start. Unshaped, veth would give several Gbit/s.
+        assert 0.8 * PEAK < rate < 1.02 * PEAK, (d, rate * 8)
+        ratio = value(ma, "burstwatch_probe_throughput_ratio", peer=a_peer, direction=d)
+        assert ratio == pytest.approx(rate / PEAK), (d, ratio)
+        assert value(ma, "burstwatch_probe_expected_bytes_per_second", peer=a_peer, direction=d) == PEAK
+        assert value(ma, "burstwatch_probe_duration_seconds", peer=a_peer, direction=d) >= DURATION
+        assert value(ma, "burstwatch_probe_last_run_timestamp_seconds", peer=a_peer, direction=d) > 1e9
+    assert value(ma, "burstwatch_probe_rtt_seconds", peer=a_peer, direction="out") > 0
+    assert value(ma, "burstwatch_probe_retransmits", peer=a_peer, direction="out") is not None
+    runs = sum(v for (n, _), v in ma.items() if n == "burstwatch_probe_runs_total")
+    used = value(ma, "burstwatch_probe_budget_used_bytes")
+    assert runs >= 2
+    # Each probe started only with room for its expected bytes: the hour's total stays near the budget.
+    assert used <= A_BUDGET + 0.2 * PEAK * DURATION, used
+    assert value(ma, "burstwatch_probe_skipped_total", reason="credit_floor") == 0
+    assert (value(mb, "burstwatch_probe_skipped_total", reason="credit_floor") or 0) >= 2
+    assert sum(v for (n, _), v in mb.items() if n == "burstwatch_probe_runs_total") == 0
+    assert value(mb, "burstwatch_responder_tests_total", result="completed") in (None, 0.0)
+
+    # Phase 2: B's outbound bucket is full, its inbound one just above the floor: outbound probes run,
+    # inbound ones would cross the floor by themselves (0.51 GB - 50 MB < 0.5 GB) and are skipped.
+    write_credits(b_credits, 0.51, 1.0)
+    b_peer = f"{A_IP}:5201"
+    mb = wait_for(lab, b, lambda m: value(m, "burstwatch_probe_success", peer=b_peer, direction="out") == 1.0
+                  and (value(m, "burstwatch_probe_skipped_total", reason="would_cross_floor") or 0) >= 1,
+                  30.0, "B's first probe of A's responder")
+    rate = value(mb, "burstwatch_probe_throughput_bytes_per_second", peer=b_peer, direction="out")
+    assert 0.8 * PEAK < rate < 1.02 * PEAK, rate * 8
+    assert value(mb, "burstwatch_probe_success", peer=b_peer, direction="in") is None
+    ma = scrape(lab, a)
+    assert value(ma, "burstwatch_responder_tests_total", result="completed") >= 1   # A served B's probe

@@ -8,7 +8,6 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -117,39 +116,18 @@ def test_alarm_periods() -> None:
     assert [alarm_period(p) for p in (1, 10, 60, 90, 300)] == [60, 60, 60, 120, 300]
 
 
-def _load_cfn(text: str) -> Any:
-    try:
-        import yaml
-    except ImportError:
-        pytest.fail("python3-yaml missing: `make test-deps` installs it")
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def tag(loader: Any, suffix: str, node: Any) -> Any:   # !Ref, !Sub, !If ... as {"Ref": ...}
-        if isinstance(node, yaml.ScalarNode):
-            value: Any = loader.construct_scalar(node)
-        elif isinstance(node, yaml.SequenceNode):
-            value = loader.construct_sequence(node, deep=True)
-        else:
-            value = loader.construct_mapping(node, deep=True)
-        return {suffix: value}
-
-    Loader.add_multi_constructor("!", tag)
-    return yaml.load(text, Loader=Loader)
-
-
 def test_cloudformation_template_matches_the_api_alarms() -> None:
-    tpl = _load_cfn(cloudformation("Burstwatch", 60, {"Environment": "prod"}))
+    tpl = json.loads(cloudformation("Burstwatch", 60, {"Environment": "prod"}))
     resources = tpl["Resources"]
     api = {a["AlarmName"].replace(f"burstwatch-{IID}-", ""): a
            for a in alarm_params("Burstwatch", (("InstanceId", IID), ("InstanceType", ITYPE),
                                                 ("Environment", "prod")), 60, IID)}
     assert len(resources) == len(api) == 6
+    assert set(tpl["Parameters"]) == {"InstanceId", "InstanceType", "AutoScalingGroupName", "AlarmTopicArn"}
     for res in resources.values():
         assert res["Type"] == "AWS::CloudWatch::Alarm"
         p = res["Properties"]
-        slug = p["AlarmName"]["Sub"].replace("burstwatch-${InstanceId}-", "")
+        slug = p["AlarmName"]["Fn::Sub"].replace("burstwatch-${InstanceId}-", "")
         want = api[slug]
         for key in ("Namespace", "MetricName", "Statistic", "Period", "EvaluationPeriods", "DatapointsToAlarm",
                     "Threshold", "ComparisonOperator", "TreatMissingData", "AlarmDescription"):
@@ -157,13 +135,19 @@ def test_cloudformation_template_matches_the_api_alarms() -> None:
         dims = p["Dimensions"]
         assert dims[0] == {"Name": "InstanceId", "Value": {"Ref": "InstanceId"}}
         assert dims[1] == {"Name": "InstanceType", "Value": {"Ref": "InstanceType"}}
-        assert dims[2]["If"][0] == "HasGroup"
+        assert dims[2]["Fn::If"][0] == "HasGroup"
         assert dims[3:] == want["Dimensions"][2:]   # the extra dimensions, then Direction
+        assert p["AlarmActions"] == {"Fn::If": ["HasTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+    # every Ref names a parameter or a pseudo parameter, every condition exists
+    refs = set(re.findall(r'"Ref": "([^"]+)"', json.dumps(tpl)))
+    assert refs <= set(tpl["Parameters"]) | {"AWS::NoValue"}
+    conds = set(re.findall(r'"Fn::If": \[\s*"([^"]+)"', json.dumps(tpl)))
+    assert conds == set(tpl["Conditions"])
 
 
 def test_docs_carry_the_generated_template() -> None:
     doc = (ROOT / "docs" / "cloudwatch.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```yaml\n(.*?)```", doc, re.S)
+    blocks = re.findall(r"```json\n(.*?)```", doc, re.S)
     assert cloudformation("Burstwatch", 60, {}) in blocks, \
         "docs/cloudwatch.md is stale: paste `burstwatch cloudwatch alarms --cloudformation`"
 
@@ -172,3 +156,13 @@ def test_cloudformation_flag_prints_the_template(tmp_path: Path, capsys: pytest.
     cfg = write_config(tmp_path, "http://127.0.0.1:9")
     assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg), "--cloudformation"])) == 0
     assert capsys.readouterr().out == cloudformation("Burstwatch", 60, {})
+
+
+def test_docs_iam_policy_allows_exactly_put_metric_data_in_the_namespace() -> None:
+    from agent.config import CloudWatchConfig
+
+    doc = (ROOT / "docs" / "cloudwatch.md").read_text(encoding="utf-8")
+    (policy,) = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", doc, re.S) if "PutMetricData" in b]
+    (stmt,) = policy["Statement"]
+    assert (stmt["Effect"], stmt["Action"], stmt["Resource"]) == ("Allow", "cloudwatch:PutMetricData", "*")
+    assert stmt["Condition"] == {"StringEquals": {"cloudwatch:namespace": CloudWatchConfig().namespace}}

@@ -67,7 +67,7 @@ def test_successful_probes() -> None:
     assert g("burstwatch_probe_peers", {"source": "config"}) == 1
     assert g("burstwatch_probe_peers", {"source": "discovered"}) == 0
     assert g("burstwatch_probe_peer_info", {"peer": PEER, "source": "config", "instance_type": ""}) == 1
-    assert g("burstwatch_probe_rounds") == 1
+    assert g("burstwatch_probe_rounds_total") == 1
     assert g("burstwatch_probe_running") == 0
     for reason in SKIP_REASONS:
         assert g("burstwatch_probe_skipped_total", {"reason": reason}) == 0

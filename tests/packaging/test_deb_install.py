@@ -154,15 +154,16 @@ class NotifySocket:
         self.sock.close()
 
 
-# Emulates MemoryDenyWriteExecute=yes with the kernel's own switch (PR_SET_MDWE, Linux 6.3+; kept
-# across execve), then execs the unit's ExecStart.
+# Applies the unit's UMask= and emulates MemoryDenyWriteExecute=yes with the kernel's own switch
+# (PR_SET_MDWE, Linux 6.3+; kept across execve), then execs the unit's ExecStart.
 MDWE_EXEC = """\
 import ctypes, os, sys
+os.umask(int(sys.argv[1], 8))
 libc = ctypes.CDLL(None, use_errno=True)
 applied = libc.prctl(65, 1, 0, 0, 0) == 0 and libc.prctl(66, 0, 0, 0, 0) == 1
 sys.stderr.write("harness: MDWE %s\\n" % ("on" if applied else "unavailable"))
 sys.stderr.flush()
-os.execv(sys.argv[1], sys.argv[1:])
+os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
@@ -199,6 +200,12 @@ def test_exec_start_notifies_ready_watchdog_reload_and_stop(installed: DebianRoo
     start_timeout = seconds(unit_value(unit, "TimeoutStartSec"))
     stop_timeout = seconds(unit_value(unit, "TimeoutStopSec"))
 
+    # Off EC2 there is no instance type to model credits for: name one, as an operator would, so
+    # the daemon has credit state to save (as the service user, under UMask=).
+    conf = installed.file(CONFFILE)
+    shipped_conf = conf.read_text(encoding="utf-8")
+    conf.write_text(shipped_conf.replace('#type = "m5.large"', 'type = "m5.large"', 1), encoding="utf-8")
+
     # No DNS server in the namespace: make lookups fail at once (wsgiref's server_bind calls
     # getfqdn("0.0.0.0"), which would otherwise wait out the host resolver's timeout).
     resolv = installed.file("/etc/resolv.conf")
@@ -212,7 +219,7 @@ def test_exec_start_notifies_ready_watchdog_reload_and_stop(installed: DebianRoo
            "STATE_DIRECTORY=/var/lib/burstwatch", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
     inner = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--bounding-set=-all",
              "--inh-caps=-all", "--no-new-privs", "env", "-i", *env,
-             "/usr/bin/python3", "-I", "-c", MDWE_EXEC, *argv]
+             "/usr/bin/python3", "-I", "-c", MDWE_EXEC, unit_value(unit, "UMask"), *argv]
     log = tmp_path / "daemon.log"
     with Lab() as lab, open(log, "w", encoding="utf-8") as logf:
         ns, gw = lab.host("svc"), lab.host("gw")
@@ -255,8 +262,14 @@ def test_exec_start_notifies_ready_watchdog_reload_and_stop(installed: DebianRoo
             notes.close()
             if saved_resolv is not None:
                 resolv.write_bytes(saved_resolv)
+            conf.write_text(shipped_conf, encoding="utf-8")
     text = log.read_text(encoding="utf-8")
     assert "Traceback" not in text, text
+    # What it saved on the way out belongs to the service user and is not world-readable (UMask=).
+    saved = list(state_dir.rglob("*"))
+    assert saved, "the daemon saves its credit state on stop"
+    for path in saved:
+        assert path.stat().st_uid == uid and not path.stat().st_mode & 0o007, path
     if kernel_has_mdwe():
         assert "harness: MDWE on" in text, text
 

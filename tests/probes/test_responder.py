@@ -26,7 +26,6 @@ from agent.probes.iperf3.server import (
 )
 from tests.probes.iperf3_helpers import iperf3_bin, iperf3_client, responder, wait_until
 
-
 # -- pure parts ----------------------------------------------------------------------------------------
 
 def test_resolve_allow() -> None:
@@ -385,12 +384,12 @@ def test_prometheus_view() -> None:
     with responder() as r:
         probe(r, duration=0.5, streams=1)
         registry = CollectorRegistry()
-        registry.register(ResponderView(r.stats.snapshot))
+        registry.register(ResponderView(r.stats.snapshot))  # type: ignore[arg-type]
         text = generate_latest(registry).decode()
         get = registry.get_sample_value
         assert get("burstwatch_responder_tests_total", {"result": "completed"}) == 1
         assert get("burstwatch_responder_refused_total", {"reason": "busy"}) == 0
-        assert get("burstwatch_responder_bytes_total", {"direction": "in"}) > 0
+        assert (get("burstwatch_responder_bytes_total", {"direction": "in"}) or 0) > 0
         assert get("burstwatch_responder_listening") == 1
         assert get("burstwatch_responder_allowed_networks") == 1
         assert "burstwatch_responder_dropped_total{reason=\"timeout\"} 0.0" in text

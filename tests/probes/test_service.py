@@ -254,3 +254,27 @@ def test_discovery_and_archive_end_to_end_through_moto(moto: str) -> None:
     st = svc.snapshot()
     assert st.archive is not None and st.archive.uploaded == 2
     assert st.discovery is not None and st.discovery.success and st.discovery.peers == 1
+
+
+def test_reconfigure_on_reload_keeps_history() -> None:
+    clock = Clock()
+    svc = make(clock, FakeRunner(), peers=("10.0.0.2", "10.0.0.3"))
+    run_round(svc, clock)
+    before = svc.snapshot()
+    assert len(before.results) == 2 and before.budget_used_bytes > 0
+    svc.reconfigure(peers=["10.0.0.3", "10.0.0.4:5202"], interval=30.0, peers_per_round=2, duration=2.0,
+                    streams=8, credit_floor=0.2, hourly_budget_bytes=2e12, directions=["out"])
+    s = svc.scheduler
+    assert (s.interval, s.peers_per_round, s.duration, s.streams, s.credit_floor, s.directions) == (
+        30.0, 2, 2.0, 8, 0.2, ("out",))
+    assert s.next_round <= clock.t + 30.0
+    assert [p.key for p in s.peers] == ["10.0.0.3:5201", "10.0.0.4:5202"]
+    after = svc.snapshot()
+    assert after.budget_used_bytes == before.budget_used_bytes          # the hour's bytes still count
+    assert all(k[0] != "10.0.0.2:5201" for k in after.results)          # the removed peer's series go
+    results = run_round(svc, clock)
+    assert {(r.peer, r.direction) for r in results} <= {("10.0.0.3:5201", "out"), ("10.0.0.4:5202", "out")}
+    assert len(results) == 2 and all(r.success for r in results)
+    with pytest.raises(ValueError):
+        svc.reconfigure(peers=[], interval=30.0, peers_per_round=1, duration=1.0, streams=1, credit_floor=0.5,
+                        hourly_budget_bytes=1e9, directions=["sideways"])

@@ -1,0 +1,62 @@
+"""One config line turns CloudWatch on: the real daemon publishes its default set to moto (server mode)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from agent.readers import aws
+from tests.conftest import ROOT, free_port, wait_port
+
+
+def test_daemon_publishes_the_default_set(moto: str, tmp_path: Path) -> None:
+    port = free_port()
+    cfg = tmp_path / "burstwatch.toml"
+    cfg.write_text(f"""
+interfaces = ["lo"]
+state_dir = "{tmp_path / 'state'}"
+[metrics]
+listen = "127.0.0.1:{port}"
+[imds]
+enabled = false
+[responder]
+enabled = false
+[instance]
+type = "m5.large"
+[cloudwatch]
+enabled = true
+endpoint_url = "{moto}"
+region = "us-east-1"
+period = 1
+flush_interval = 2
+dimensions = {{ Environment = "lab" }}
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(cfg)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "wb"))
+    try:
+        wait_port("127.0.0.1", port)
+        cw = aws.client("cloudwatch", "us-east-1", moto)
+        deadline = time.monotonic() + 30
+        names: set[str] = set()
+        while time.monotonic() < deadline:
+            names = {m["MetricName"] for m in cw.list_metrics(Namespace="Burstwatch")["Metrics"]}
+            if {"CreditRemainingRatio", "CreditExhaustionSeconds", "ThroughputBytesPerSecond"} <= names:
+                break
+            time.sleep(1)
+        assert {"CreditRemainingRatio", "CreditExhaustionSeconds", "ThroughputBytesPerSecond"} <= names, names
+        metrics = cw.list_metrics(Namespace="Burstwatch", MetricName="CreditRemainingRatio")["Metrics"]
+        dims = {d["Name"]: d["Value"] for d in metrics[0]["Dimensions"]}
+        assert dims["InstanceType"] == "m5.large" and dims["Environment"] == "lab" and dims["Direction"] in ("in", "out")
+        now = datetime.now(timezone.utc)
+        stats = cw.get_metric_statistics(Namespace="Burstwatch", MetricName="CreditRemainingRatio",
+                                         Dimensions=metrics[0]["Dimensions"], StartTime=now - timedelta(minutes=5),
+                                         EndTime=now + timedelta(minutes=1), Period=60, Statistics=["Minimum"])
+        # lo is shared with whatever else runs on the host, so the bucket need not be exactly full
+        assert stats["Datapoints"] and 0.5 < stats["Datapoints"][0]["Minimum"] <= 1.0
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+    assert "cloudwatch" in (tmp_path / "agent.log").read_text().lower()
