@@ -56,6 +56,13 @@ dimensions = {{ Environment = "lab" }}
                                          EndTime=now + timedelta(minutes=1), Period=60, Statistics=["Minimum"])
         # lo is shared with whatever else runs on the host, so the bucket need not be exactly full
         assert stats["Datapoints"] and 0.5 < stats["Datapoints"][0]["Minimum"] <= 1.0
+        import urllib.request
+
+        from tests.support.metrics_doc import undocumented
+
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert "burstwatch_cloudwatch_datapoints_published_total" in text
+        assert not undocumented(text), undocumented(text)
     finally:
         proc.terminate()
         assert proc.wait(10) == 0
