@@ -4,8 +4,8 @@ PY ?= /usr/bin/python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 # Debian 12's own Python libraries: the .deb depends on exactly these, so we develop and test on them.
-APT_RUNTIME := python3-venv python3-pyroute2 python3-prometheus-client python3-boto3 python3-psutil python3-systemd python3-tomli
-APT_TEST := nftables iputils-ping iputils-tracepath iperf3 prometheus prometheus-node-exporter iproute2 ethtool lintian rpm debootstrap dpkg-dev fakeroot systemd procps curl
+APT_RUNTIME := python3-venv python3-pyroute2 python3-prometheus-client python3-boto3 python3-systemd python3-tomli
+APT_TEST := python3-psutil nftables iputils-ping iputils-tracepath iperf3 prometheus prometheus-node-exporter iproute2 ethtool lintian rpm debootstrap dpkg-dev fakeroot systemd procps curl debhelper dh-python rpmlint cpio man-db
 PIP_TEST := pytest==8.3.4 ruff==0.8.4 mypy==1.13.0 vermin==1.6.0
 MOTO := .venv-moto
 # Amazon Linux 2023 runs Python 3.9: the unit tests also run there, on the library versions the .deb's
@@ -64,6 +64,10 @@ test: lint test39
 
 bench: test-deps
 	$(VPY) -m tests.bench $(BENCH)
+
+packages:
+	$(call apt_ensure,dpkg-dev debhelper dh-python fakeroot rpm python3-venv)
+	packaging/build.sh all
 
 clean:
 	rm -rf $(VENV) $(MOTO) $(VENV39) dist build *.egg-info .state

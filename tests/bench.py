@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Callable
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS: dict[str, float] = {}
@@ -31,14 +32,13 @@ def report(name: str, value: float) -> None:
 
 
 def _cpu_seconds(pid: int) -> float:
-    """utime + stime of the process and of its children it has waited for (the check rounds)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
+    """User + system CPU of the process and of the children it has waited for (the check rounds)."""
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system + t.children_user + t.children_system)
 
 
 def _peak_rss_bytes(pid: int) -> int:
+    """VmHWM: the kernel's own peak RSS (psutil reports only the current RSS)."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmHWM:"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import platform
 import socket
+import socketserver
 import threading
 from socketserver import ThreadingMixIn
 from typing import Any, Callable, Iterable, Optional
@@ -137,6 +138,14 @@ class _Handler(WSGIRequestHandler):
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind calls socket.getfqdn(host), a reverse DNS lookup that stalls start-up for
+        # the resolver's timeout (10 s measured without DNS); the name only feeds SERVER_NAME.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
+        self.setup_environ()
 
 
 class _Server6(_Server):

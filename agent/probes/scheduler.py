@@ -26,6 +26,9 @@ BUDGET_WINDOW = 3600.0
 # Default spread of each round's start around `interval` (+/- 20 %): with the random first offset, a
 # fleet started at the same moment drifts apart instead of probing in lockstep.
 DEFAULT_JITTER = 0.2
+# Pause between one probe's end and the next one's start: an iperf3 server still tearing down the last
+# test answers "busy" to a test that follows too closely, and the shaper's queues get to drain.
+DEFAULT_GAP = 1.0
 # A peer whose probes keep failing sits out 1, 3, 7, 15 rounds (2**(n-1) - 1 after n failures), so a
 # terminated instance that discovery still lists costs little, and a peer that recovers comes back.
 MAX_BACKOFF_ROUNDS = 15
@@ -122,7 +125,8 @@ class Scheduler:
     when its expected bytes would by themselves take its direction's bucket below the floor, when the
     bytes of the last hour plus its expected bytes would exceed `hourly_budget_bytes`, when `busy()`
     says something else is using the link (e.g. the responder serving a test), or when its peer is
-    backing off after failures. Skipped peers keep their place at the front for the next round."""
+    backing off after failures. Skipped peers keep their place at the front for the next round. Probes
+    start at least `gap` seconds apart."""
 
     def __init__(self, *, interval: float, peers_per_round: int, duration: float, streams: int,
                  credit_floor: float, hourly_budget_bytes: float,
@@ -130,7 +134,8 @@ class Scheduler:
                  peak_bytes_per_second: Callable[[], Optional[float]] = lambda: None,
                  busy: Callable[[], bool] = lambda: False,
                  clock: Callable[[], float] = time.monotonic, rng: Optional[random.Random] = None,
-                 directions: Sequence[str] = DIRECTIONS, jitter: float = DEFAULT_JITTER) -> None:
+                 directions: Sequence[str] = DIRECTIONS, jitter: float = DEFAULT_JITTER,
+                 gap: float = DEFAULT_GAP) -> None:
         if interval <= 0 or peers_per_round < 1 or duration <= 0 or not 0 <= jitter < 1:
             raise ValueError("interval and duration must be positive, peers_per_round >= 1, 0 <= jitter < 1")
         if not directions or any(d not in DIRECTIONS for d in directions):
@@ -143,6 +148,7 @@ class Scheduler:
         self.hourly_budget_bytes = hourly_budget_bytes
         self.directions = tuple(directions)
         self.jitter = jitter
+        self.gap = gap
         self._credits = credits
         self._peak = peak_bytes_per_second
         self._busy = busy
@@ -152,6 +158,7 @@ class Scheduler:
         self._state: dict[str, _PeerState] = {}
         self._queue: collections.deque[tuple[str, str]] = collections.deque()
         self._in_flight: Optional[ProbePlan] = None
+        self._not_before = -math.inf      # no probe starts before this (the gap after the last one)
         self._spent: collections.deque[tuple[float, float]] = collections.deque()
         self._largest = dict.fromkeys(DIRECTIONS, 0.0)   # biggest probe seen, for when the peak is unknown
         self.skipped = dict.fromkeys(SKIP_REASONS, 0)
@@ -203,11 +210,17 @@ class Scheduler:
         self._prune(self.clock())
         return sum(b for _, b in self._spent)
 
+    @property
+    def pending(self) -> int:
+        """Probes of the current round still queued."""
+        return len(self._queue)
+
     def wait_seconds(self) -> float:
-        """Seconds until `poll()` may have something (0 when a round's probes are still queued)."""
-        if self._queue and self._in_flight is None:
-            return 0.0
-        return max(0.0, self.next_round - self.clock())
+        """Seconds until `poll()` may have something: the gap after a probe when the round has more
+        queued, else the next round."""
+        now = self.clock()
+        due = now if self._queue and self._in_flight is None else self.next_round
+        return max(0.0, due - now, self._not_before - now)
 
     # -- decisions ---------------------------------------------------------------------------------------
     def poll(self) -> Optional[ProbePlan]:
@@ -218,6 +231,8 @@ class Scheduler:
             if now >= self.next_round:
                 self._skip("busy", max(1, min(self.peers_per_round, len(self._peers))) * len(self.directions))
                 self._advance(now)
+            return None
+        if now < self._not_before:
             return None
         while True:
             if not self._queue:
@@ -246,6 +261,7 @@ class Scheduler:
                         plan.direction)
         self._in_flight = None
         now = self.clock()
+        self._not_before = now + self.gap
         if nbytes > 0:
             self._spent.append((now, float(nbytes)))
             self.bytes_total[plan.direction] += float(nbytes)

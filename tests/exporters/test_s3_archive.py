@@ -334,10 +334,11 @@ def test_query_uses_only_what_the_ddl_defines() -> None:
 @pytest.fixture(scope="module")
 def engine_docs() -> list[dict[str, Any]]:
     """Documents from burstwatch's own engine against Debian's iperf3 -s, forward and reverse."""
-    port = free_port()
     docs = []
-    with iperf3_server(port):
-        for reverse in (False, True):
+    for reverse in (False, True):
+        # A fresh server per test: iperf3 -s answers "busy" to a test that follows the last one too closely.
+        port = free_port()
+        with iperf3_server(port):
             docs.append(run_probe(ProbeRequest("127.0.0.1", port, streams=2, duration=2.0, reverse=reverse,
                                                interval=1.0)))
     return docs

@@ -71,6 +71,7 @@ CAPS = ResponderConfig(max_duration=30, max_streams=8, max_bytes=10**9, max_test
 @pytest.mark.parametrize(("params", "reason"), [
     (p.TestParams(duration=3600), "duration"),
     (p.TestParams(duration=25, omit=10), "duration"),
+    (p.TestParams(duration=0), "duration"),  # iperf3 -t 0: until interrupted
     (p.TestParams(num_streams=128), "streams"),
     (p.TestParams(bytes=2 * 10**9, duration=0), "bytes"),
     (p.TestParams(blocks=10**5, blksize=128 * 1024, duration=0), "bytes"),
@@ -125,6 +126,15 @@ def test_probe_both_ways_and_counters() -> None:
     assert snap.bytes["out"] == rev["end"]["sum_sent"]["bytes"] > 0
     assert not snap.busy and snap.listening
     assert snap.last_test_timestamp > time.time() - 60
+
+
+def test_back_to_back_tests_find_the_responder_free() -> None:
+    """A client that starts its next test the moment the last one ended is served, not told "busy"."""
+    with responder(max_tests_per_hour=100) as r:
+        for i in range(6):
+            run_probe(ProbeRequest(*r.address, streams=2, duration=0.2, reverse=bool(i % 2)))
+        wait_until(lambda: r.stats.snapshot().tests["completed"] == 6, what="six tests booked")
+        assert r.stats.snapshot().refused["busy"] == 0
 
 
 def test_udp_both_ways() -> None:
@@ -393,3 +403,19 @@ def test_prometheus_view() -> None:
         assert get("burstwatch_responder_listening") == 1
         assert get("burstwatch_responder_allowed_networks") == 1
         assert "burstwatch_responder_dropped_total{reason=\"timeout\"} 0.0" in text
+
+
+def test_reconfigure_applies_caps_and_allow_list_to_the_next_test() -> None:
+    with responder() as r:
+        probe(r, duration=0.3, streams=1)
+        r.reconfigure(ResponderConfig(listen="127.0.0.1:1", max_streams=1), ["10.0.0.0/8"])
+        assert r.cfg.listen == "127.0.0.1:0"  # a new listen address waits for a restart
+        with pytest.raises(ProbeError) as exc:
+            probe(r, duration=0.3, streams=1)
+        assert "allow list" in str(exc.value)
+        r.reconfigure(ResponderConfig(max_streams=1), ["127.0.0.0/8"])
+        with pytest.raises(ProbeError) as exc:
+            probe(r, duration=0.3, streams=2)
+        assert "max_streams 1" in str(exc.value)
+        probe(r, duration=0.3, streams=1)
+        assert r.stats.snapshot().tests["completed"] == 2

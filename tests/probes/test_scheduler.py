@@ -48,7 +48,10 @@ def run_round(s: Scheduler, clock: Clock, nbytes: float = 0.0, success: bool = T
     while True:
         plan = s.poll()
         if plan is None:
-            return ran
+            if not s.pending:
+                return ran
+            clock.t += s.wait_seconds()        # the gap before the round's next probe
+            continue
         ran.append((plan.peer.key, plan.direction))
         s.finish(plan, success, nbytes)
 
@@ -101,7 +104,13 @@ def test_gates(name: str, credits: Any, peak: Optional[float], floor: float, bud
     # Each probe moves what it was expected to move, so the budget sees real bytes.
     clock.t = s.next_round
     ran = []
-    while (plan := s.poll()) is not None:
+    while True:
+        plan = s.poll()
+        if plan is None and s.pending:
+            clock.t += s.wait_seconds()
+            continue
+        if plan is None:
+            break
         ran.append(plan.direction)
         s.finish(plan, True, plan.expected_bytes or 1e6)
     assert ran == runs
@@ -360,3 +369,22 @@ def test_parse_peer_rejects(text: str) -> None:
 def test_every_reason_is_preinitialised() -> None:
     s = make(Clock(), None)
     assert set(s.skipped) == set(SKIP_REASONS) and not any(s.skipped.values())
+
+
+def test_probes_start_a_gap_apart() -> None:
+    """After a probe ends, the next waits `gap` seconds (iperf3 -s answers "busy" to a test that follows the
+    previous one too closely); wait_seconds() tells the service how long."""
+    clock = Clock()
+    s = make(clock, None, k=2, peers=("10.0.0.2", "10.0.0.3"))
+    clock.t = s.next_round
+    first = s.poll()
+    assert first is not None
+    clock.t += 5.0
+    s.finish(first, True, 1e6)
+    assert s.poll() is None and s.pending == 3
+    assert s.wait_seconds() == pytest.approx(s.gap)
+    clock.t += s.gap - 0.01
+    assert s.poll() is None
+    clock.t += 0.01
+    assert s.poll() is not None
+    assert not any(s.skipped.values())          # waiting out the gap is not a skip

@@ -73,9 +73,14 @@ def make(clock: Clock, runner: Any, peers: tuple[str, ...] = ("10.0.0.2",), cred
 def run_round(svc: ProbeService, clock: Clock) -> list[Any]:
     clock.t = max(clock.t, svc.scheduler.next_round)
     out = []
-    while (r := svc.step()) is not None:
+    while True:
+        r = svc.step()
+        if r is None and svc.scheduler.pending:
+            clock.t += svc.scheduler.wait_seconds()       # the gap between probes
+            continue
+        if r is None:
+            return out
         out.append(r)
-    return out
 
 
 def test_results_per_peer_and_direction() -> None:
@@ -197,7 +202,7 @@ def test_credits_low_means_no_probe_and_the_runner_is_never_called() -> None:
 def test_thread_runs_the_schedule_and_stops_promptly() -> None:
     runner = FakeRunner()
     sched = Scheduler(interval=0.2, peers_per_round=1, duration=1.0, streams=1, credit_floor=0.5,
-                      hourly_budget_bytes=1e15, rng=random.Random(3))
+                      hourly_budget_bytes=1e15, rng=random.Random(3), gap=0.05)
     svc = ProbeService(sched, configured=[parse_peer("10.0.0.2")], runner=runner, profile=lambda: M5,
                        peer_peak=lambda t: None)
     svc.start()
@@ -240,6 +245,7 @@ def test_discovery_and_archive_end_to_end_through_moto(moto: str) -> None:
         assert [(p.host, p.instance_type, p.source) for p in svc.scheduler.peers] == [
             (peer["PrivateIpAddress"], "m5.large", "discovered")]
         svc.scheduler.next_round = svc.scheduler.clock()      # do not wait up to 15 minutes for round one
+        svc.scheduler.gap = 0.0
         while svc.step() is not None:
             pass
         assert [q.host for q in runner.requests] == [peer["PrivateIpAddress"]] * 2

@@ -210,10 +210,7 @@ class _ClientTest:
     def run(self) -> dict[str, Any]:
         try:
             return self._run()
-        except ProbeError:
-            self.abort()
-            raise
-        except Exception:
+        except BaseException:
             self.abort()
             raise
         finally:

@@ -110,6 +110,9 @@ def check_caps(params: p.TestParams, cfg: ResponderConfig) -> None:
         raise Refused("unsupported", "bidirectional tests are not supported (run one each way)")
     if params.num_streams > cfg.max_streams:
         raise Refused("streams", f"{params.num_streams} streams exceed max_streams {cfg.max_streams}")
+    if params.duration == 0 and not params.bytes and not params.blocks:
+        raise Refused("duration", f"an open-ended test (time 0 without a byte or block count) exceeds "
+                      f"max_duration {cfg.max_duration:g}s")
     if params.duration + params.omit > cfg.max_duration:
         raise Refused("duration", f"{params.duration + params.omit}s (time + omit) exceeds max_duration "
                       f"{cfg.max_duration:g}s")
@@ -326,6 +329,17 @@ class Responder:
             self._sock.close()
             self._sock = None
         self.stats.listening = False
+
+    def reconfigure(self, cfg: ResponderConfig, allow: Sequence[Union[str, Network]]) -> None:
+        """Apply a reloaded `[responder]` (SIGHUP): caps and the allow list take effect for the next test;
+        a new `listen` needs a restart (logged), as metrics.listen does."""
+        if cfg.listen != self.cfg.listen:
+            log.warning("responder.listen changed to %s; it takes effect at the next restart", cfg.listen)
+            cfg = dataclasses.replace(cfg, listen=self.cfg.listen)
+        self.cfg = cfg
+        self.allow = parse_allow(allow)
+        self.stats.allowed = tuple(str(n) for n in self.allow)
+        self.limiter.per_hour = cfg.max_tests_per_hour
 
     def serve_forever(self) -> None:
         """Accept connections until stop(); binds first when start() did not."""
@@ -679,8 +693,10 @@ class _ServerTest:
             ctrl.send_message(mine.to_json(), 5.0)
         except p.ProtocolError as exc:
             raise Dropped("closed", str(exc)) from None
-        self._send_state(p.DISPLAY_RESULTS)
+        # Marked before the client can read it: a client that starts its next test the moment it has
+        # sent IPERF_DONE must find the responder free, not busy.
         self.finishing = True
+        self._send_state(p.DISPLAY_RESULTS)
         try:
             state = ctrl.recv_state(t.done)
             if state != p.IPERF_DONE:
