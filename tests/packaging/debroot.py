@@ -18,7 +18,7 @@ CACHE = Path(os.environ.get("BURSTWATCH_CACHE", ROOT / ".cache" / "packaging"))
 SUITE = "bookworm"
 # The .deb's Depends (packaging/debian/control) plus what pulls them in: downloaded once into the
 # cached root's apt archive, so every test run installs them for real but without the network.
-DEPENDENCIES = ["python3", "python3-pyroute2", "python3-prometheus-client", "python3-boto3", "python3-psutil",
+DEPENDENCIES = ["python3", "python3-pyroute2", "python3-prometheus-client", "python3-boto3",
                 "python3-systemd", "systemd", "procps"]
 # What the Debian installer writes and debootstrap does not: without it, lookups of local names
 # (wsgiref's getfqdn("0.0.0.0") at bind time) go to DNS and stall start-up for the resolver timeout.

@@ -90,7 +90,7 @@ def test_rpm_scriptlets(rpm: Path) -> None:
 
 def test_rpm_requires_amazon_linux_2023_packages(rpm: Path) -> None:
     requires = {re.split(r"\s", line.strip())[0] for line in query(rpm, "-R").splitlines()}
-    assert {"python3", "python3-pyroute2", "python3-boto3", "python3-psutil", "python3-systemd",
+    assert {"python3", "python3-pyroute2", "python3-boto3", "python3-systemd",
             "/usr/bin/kill", "shadow-utils", "systemd"} <= requires, requires
     # prometheus_client and tomli are bundled, so not required, and declared as bundled
     assert not {"python3-prometheus_client", "python3-prometheus-client", "python3-tomli"} & requires
