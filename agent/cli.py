@@ -75,14 +75,6 @@ def cmd_cloudwatch(args: argparse.Namespace) -> int:
     return run(args, imds_get=get)
 
 
-def _not_yet(what: str) -> Callable[[argparse.Namespace], int]:
-    def run(_args: argparse.Namespace) -> int:
-        print(f"burstwatch {what}: not available yet in this build", file=sys.stderr)
-        return EXIT_FAIL
-
-    return run
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="burstwatch", description="Watch EC2 network burst credits, verify ENA "
                                 "and MTU, and probe peer throughput.")
@@ -109,13 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("status", cmd_status, "show the running daemon's view of credits, checks and probes")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
     sp.add_argument("--url", default=None, help="the daemon's /metrics URL (default: from metrics.listen)")
-    sp = add("probe", _not_yet("probe"), "run one iperf3-compatible throughput probe", config=False)
-    sp.add_argument("target", metavar="TARGET", help="host or host:port of an iperf3 server or burstwatch")
-    sp.add_argument("--port", type=int, default=configmod.DEFAULT_RESPONDER_PORT, help="server port (5201)")
-    sp.add_argument("--streams", "-P", type=int, default=4, help="parallel TCP streams (4)")
-    sp.add_argument("--time", "-t", type=float, default=5.0, help="seconds to transmit (5)")
-    sp.add_argument("--reverse", "-R", action="store_true", help="the server sends, we receive")
-    sp.add_argument("--json", action="store_true", help="iperf3's JSON schema")
+    from agent.probes.cli import add_probe_arguments, add_responder_arguments, cmd_probe, cmd_responder
+
+    sp = add("probe", cmd_probe, "run one iperf3-compatible throughput probe", config=False)
+    add_probe_arguments(sp)
+    sp = add("responder", cmd_responder, "run the iperf3-compatible responder in the foreground, without the daemon")
+    add_responder_arguments(sp)
     add("check-config", cmd_check_config, "validate a config file; exit 0 or 2 naming the bad key")
     from agent.exporters.cloudwatch_alarms import add_arguments as add_cloudwatch_arguments
 

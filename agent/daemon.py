@@ -82,6 +82,7 @@ class Daemon:
         self.ethtool: Optional[EthtoolCollector] = None
         self.cloudwatch: Optional[Any] = None
         self.checks: Optional[CheckRunner] = None
+        self.responder: Optional[Any] = None
         self.profile = BandwidthProfile()
 
     # -- signals ---------------------------------------------------------------------------------
@@ -124,6 +125,10 @@ class Daemon:
             self.profile = profile_for(new, self.instance)
             self.instance = dataclasses.replace(self.instance, profile=self.profile)
             self.credits.set_profile(self.profile)
+        if self.responder is not None and new.responder != old.responder:
+            from agent.probes.iperf3.server import resolve_allow
+
+            self.responder.reconfigure(new.responder, resolve_allow(new.responder.allow, self._vpc_cidrs))
         if new.cloudwatch != old.cloudwatch:
             log.warning("[cloudwatch] changed; it takes effect at the next restart")
         if new.metrics.listen != old.metrics.listen:
@@ -165,6 +170,13 @@ class Daemon:
         credits = self.credits
         checks = self.checks = CheckRunner(executor=subprocess_executor(self.config_path))
         self.services.append(checks)
+        if self.cfg.responder.enabled:
+            from agent.exporters.responder import ResponderView
+            from agent.probes.iperf3.server import Responder, resolve_allow
+
+            self.responder = Responder(self.cfg.responder, resolve_allow(self.cfg.responder.allow, self._vpc_cidrs))
+            self.services.append(self.responder)
+            self.views.append(ResponderView(self.responder.stats.snapshot))
         self.views = [BuildInfoView(), SamplerView(latest), self.reload_state, InstanceView(lambda: self.instance),
                       CreditView(latest, lambda: shaping.source, lambda: credits.restore_note),
                       EnaView(lambda: sampler.latest.extra.get("ethtool") if sampler.latest else None),
@@ -201,6 +213,9 @@ class Daemon:
                 iid, imds_get, lambda: aws.client("ec2", region, ec2_url))) if iid else None,
             checks=(lambda: checks.state.verdicts) if checks is not None else None,
             probes=self._probe_results, flush_interval=cw.flush_interval)
+
+    def _vpc_cidrs(self) -> list[str]:
+        return list(self.instance.vpc_cidrs) if self.instance is not None else []
 
     def _probe_results(self) -> list[Any]:
         probes = getattr(self, "probes", None)

@@ -79,7 +79,18 @@ def run_probe(req: ProbeRequest) -> dict[str, Any]:
     peer = format_peer(req.host, req.port)
     if problem:
         raise ProbeError(peer, problem, "invalid")
-    return _ClientTest(req, peer).run()
+    for attempt in range(HANDSHAKE_ATTEMPTS):
+        test = _ClientTest(req, peer)
+        try:
+            return test.run()
+        except ProbeError as exc:
+            # iperf3's server closes and re-opens its listening socket between tests: a connection that
+            # lands in that window is reset before PARAM_EXCHANGE. Only that case is tried again.
+            if test.handshake_done or exc.kind != "protocol" or attempt == HANDSHAKE_ATTEMPTS - 1:
+                raise
+            log.debug("peer=%s: reset during the handshake (%s); trying again", peer, exc)
+            time.sleep(0.3)
+    raise AssertionError("unreachable")
 
 
 def _read_reason(ctrl: p.Control) -> Optional[str]:
@@ -92,8 +103,12 @@ def _read_reason(ctrl: p.Control) -> Optional[str]:
     return str(reason)[:500] if reason else None
 
 
+HANDSHAKE_ATTEMPTS = 3
+
+
 class _ClientTest:
     def __init__(self, req: ProbeRequest, peer: str) -> None:
+        self.handshake_done = False
         self.req = req
         self.peer = peer
         self.ctrl: Optional[p.Control] = None
@@ -233,6 +248,7 @@ class _ClientTest:
             params = self.params(mss)
             ctrl.send_message(params.to_json(), setup)
             self.expect((p.CREATE_STREAMS,), setup, "CREATE_STREAMS")
+            self.handshake_done = True
         except p.ProtocolError as exc:
             raise self.fail(str(exc)) from None
 
@@ -299,6 +315,7 @@ class _ClientTest:
             for s in self.streams:
                 s.close()
             ctrl.send_state(p.IPERF_DONE, setup)
+            self._wait_server_reset()
         except p.ProtocolError as exc:
             raise self.fail(str(exc)) from None
         unknown = {r.id for r in theirs.streams} - {s.id for s in self.streams}
@@ -312,6 +329,24 @@ class _ClientTest:
             target_bitrate=params.bandwidth, timestamp=started_wall, tcp_mss_default=mss,
             sndbuf_actual=_sockopt(first, socket.SO_SNDBUF), rcvbuf_actual=_sockopt(first, socket.SO_RCVBUF))
         return build_document(start, self.records, t0, t_end, req.interval, theirs, cpu_now, congestion, req.udp)
+
+    def _wait_server_reset(self, timeout: float = 1.0) -> None:
+        """Wait (briefly) for the server to close the control connection after IPERF_DONE.
+
+        iperf3's server resets its test and closes the control socket only after IPERF_DONE; a next
+        test that connects before that is told "busy". Waiting for the close makes back-to-back
+        probes (the scheduler's, or a script's) reliable."""
+        sock = self.ctrl.sock if self.ctrl is not None else None
+        if sock is None:
+            return
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                sock.settimeout(max(0.01, deadline - time.monotonic()))
+                if not sock.recv(4096):
+                    return
+        except OSError:  # timeout or reset: the server is done with us either way
+            return
 
     @staticmethod
     def _my_result(s: Stream, rec: StreamRecord, duration: float) -> p.StreamResult:
