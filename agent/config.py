@@ -93,6 +93,18 @@ def check_shaping(value: str) -> str | None:
     return None
 
 
+def check_tag(value: str) -> str | None:
+    if not value.partition("=")[0].strip():
+        return f"{value!r} has no tag key (expected KEY or KEY=VALUE, e.g. burstwatch:peer=true)"
+    return None
+
+
+def check_directions(value: list[str]) -> str | None:
+    if not value or len(set(value)) != len(value) or any(d not in ("out", "in") for d in value):
+        return f"{value!r} is not a non-empty list of distinct directions \"out\" and \"in\""
+    return None
+
+
 @dataclass(frozen=True)
 class MetricsConfig:
     listen: str = _opt(f"0.0.0.0:{DEFAULT_METRICS_PORT}", "host:port of the /metrics endpoint",
@@ -174,6 +186,17 @@ class ResponderConfig:
 
 
 @dataclass(frozen=True)
+class ProbeArchiveConfig:
+    enabled: bool = _opt(False, "upload each probe's iperf3 JSON, gzipped, to S3 for Athena")
+    bucket: Optional[str] = _opt(None, "S3 bucket of the probe archive (required when enabled)")
+    prefix: str = _opt("", "key prefix: objects go to <prefix>d=YYYY-MM-DD/<type>-<unix-ts>[-<id>].json.gz")
+    region: Optional[str] = _opt(None, "the bucket's region (default: the instance's, from IMDS)")
+    endpoint_url: Optional[str] = _opt(None, "S3 endpoint (default: AWS)", check=check_url)
+    backlog: int = _opt(500, "probe documents kept in memory while S3 is unreachable (oldest dropped first)",
+                        lo=1, hi=100000)
+
+
+@dataclass(frozen=True)
 class ProbeConfig:
     peers: list[str] = _opt(None, "peers to probe: host or host:port", factory=list, check=check_peers)
     interval: float = _opt(900.0, "seconds between scheduling rounds", lo=10.0, hi=86400.0)
@@ -181,7 +204,17 @@ class ProbeConfig:
     duration: float = _opt(5.0, "seconds per probe", lo=1.0, hi=600.0)
     streams: int = _opt(4, "parallel TCP streams per probe", lo=1, hi=128)
     credit_floor: float = _opt(0.5, "skip probes when either bucket is below this fraction", lo=0.0, hi=1.0)
-    hourly_budget_bytes: int = _opt(5 * 10**9, "most probe bytes per hour", lo=0, hi=2**50)
+    hourly_budget_bytes: int = _opt(50 * 10**9, "most probe bytes in any sliding hour, own probes in both "
+                                    "directions (0: no probes); the default fits the default schedule on a "
+                                    "10 Gbit/s-peak size: 8 probes x 5 s x 1.25 GB/s", lo=0, hi=2**50)
+    directions: list[str] = _opt(None, "directions probed per peer: out (we send), in (the peer sends, "
+                                 "iperf3 -R)", factory=lambda: ["out", "in"], check=check_directions)
+    discover_tag: Optional[str] = _opt(None, "EC2 tag KEY or KEY=VALUE: running instances carrying it in this "
+                                       "VPC are probed too (needs ec2:DescribeInstances)", check=check_tag)
+    discover_interval: float = _opt(300.0, "seconds between peer discoveries", lo=30.0, hi=86400.0)
+    discover_endpoint_url: Optional[str] = _opt(None, "EC2 endpoint for discovery (default: AWS)",
+                                                check=check_url)
+    archive: ProbeArchiveConfig = _opt(None, "", factory=ProbeArchiveConfig)
 
 
 @dataclass(frozen=True)
@@ -269,9 +302,10 @@ def _build(cls: type, table: dict[str, Any], prefix: str, where: str) -> Any:
                 raise ConfigError(f"{where}: [{key}] must be a table, got {value!r}")
             kwargs[name] = _build(tp, value, f"{key}.", where)  # type: ignore[arg-type]
             continue
-        ok, value = _coerce(tp, value)
+        ok, coerced = _coerce(tp, value)
         if not ok:
             raise ConfigError(f"{where}: key {key!r} must be {_describe(tp)}, got {value!r}")
+        value = coerced  # noqa: PLW2901 - the validated form replaces the raw TOML value
         meta = fields[name].metadata
         lo, hi = meta.get("lo"), meta.get("hi")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -286,6 +320,8 @@ def _build(cls: type, table: dict[str, Any], prefix: str, where: str) -> Any:
 
 
 def _cross_check(cfg: Config, where: str) -> None:
+    if cfg.probe.archive.enabled and not cfg.probe.archive.bucket:
+        raise ConfigError(f"{where}: key 'probe.archive.bucket' is required when probe.archive.enabled = true")
     bw = cfg.instance.bandwidth
     if bw.baseline_gbps is not None and bw.peak_gbps is not None and bw.peak_gbps < bw.baseline_gbps:
         raise ConfigError(f"{where}: key 'instance.bandwidth.peak_gbps' = {bw.peak_gbps!r} is below "

@@ -23,7 +23,8 @@ class CreditTracker:
     """Owns the estimator for the running profile; called by the sampler once per sample."""
 
     def __init__(self, profile: BandwidthProfile, state_dir: str, save_interval: float = 5.0,
-                 learn: bool = True, shaping: Any = None, trust_configured_bucket: bool = True, status: Optional[dict[str, CollectorStatus]] = None,
+                 learn: bool = True, shaping: Any = None, trust_configured_bucket: bool = True,
+                 status: Optional[dict[str, CollectorStatus]] = None,
                  procfs: str = "/proc", clock: Callable[[], float] = boottime) -> None:
         self.profile = profile
         self.learn = learn

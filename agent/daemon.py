@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from agent import config as configmod
 from agent.checks.runner import CheckRunner, subprocess_executor
@@ -26,6 +26,9 @@ from agent.models.profile import BandwidthProfile
 from agent.notify import notify, watchdog_interval
 from agent.readers.ethtool import IoctlEthtoolReader
 from agent.sampler import Sampler, Snapshot
+
+if TYPE_CHECKING:
+    from agent.probes.service import ProbeService
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +87,7 @@ class Daemon:
         self.checks: Optional[CheckRunner] = None
         self.responder: Optional[Any] = None
         self.profile = BandwidthProfile()
+        self.probes: Optional[ProbeService] = None
 
     # -- signals ---------------------------------------------------------------------------------
     def _on_term(self, signum: int, _frame: Any) -> None:
@@ -129,6 +133,17 @@ class Daemon:
             from agent.probes.iperf3.server import resolve_allow
 
             self.responder.reconfigure(new.responder, resolve_allow(new.responder.allow, self._vpc_cidrs))
+        if self.probes is not None and new.probe != old.probe:
+            p = new.probe
+            self.probes.reconfigure(peers=p.peers, interval=p.interval, peers_per_round=p.peers_per_round,
+                                    duration=p.duration, streams=p.streams, credit_floor=p.credit_floor,
+                                    hourly_budget_bytes=p.hourly_budget_bytes, directions=p.directions,
+                                    default_port=configmod.split_hostport(new.responder.listen)[1])
+            if (p.discover_tag, p.discover_endpoint_url, p.archive) != (
+                    old.probe.discover_tag, old.probe.discover_endpoint_url, old.probe.archive):
+                log.warning("[probe] discovery or archive settings changed; they take effect at the next restart")
+        elif self.probes is None and (new.probe.peers or new.probe.discover_tag):
+            log.warning("[probe] now names peers; probing starts at the next restart")
         if new.cloudwatch != old.cloudwatch:
             log.warning("[cloudwatch] changed; it takes effect at the next restart")
         if new.metrics.listen != old.metrics.listen:
@@ -177,6 +192,7 @@ class Daemon:
             self.responder = Responder(self.cfg.responder, resolve_allow(self.cfg.responder.allow, self._vpc_cidrs))
             self.services.append(self.responder)
             self.views.append(ResponderView(self.responder.stats.snapshot))
+        self._setup_probes(sampler)
         self.views = [BuildInfoView(), SamplerView(latest), self.reload_state, InstanceView(lambda: self.instance),
                       CreditView(latest, lambda: shaping.source, lambda: credits.restore_note),
                       EnaView(lambda: sampler.latest.extra.get("ethtool") if sampler.latest else None),
@@ -213,6 +229,41 @@ class Daemon:
                 iid, imds_get, lambda: aws.client("ec2", region, ec2_url))) if iid else None,
             checks=(lambda: checks.state.verdicts) if checks is not None else None,
             probes=self._probe_results, flush_interval=cw.flush_interval)
+
+    def _setup_probes(self, sampler: Sampler) -> None:
+        """The probe scheduler, when [probe] names peers or a discovery tag (docs/probe-scheduling.md).
+        Imports boto3 only when discovery or the archive is on (and then only when first used)."""
+        p = self.cfg.probe
+        if not p.peers and not p.discover_tag:
+            return
+        from agent.exporters.probes import ProbesView
+        from agent.probes.service import build_probe_service
+
+        info = self.instance
+        ident = info.identity if info is not None else None
+        enis = info.enis if info is not None else []
+        responder = self.responder
+        self.probes = build_probe_service(
+            peers=p.peers, interval=p.interval, peers_per_round=p.peers_per_round, duration=p.duration,
+            streams=p.streams, credit_floor=p.credit_floor, hourly_budget_bytes=p.hourly_budget_bytes,
+            directions=p.directions,
+            credits=lambda: sampler.latest.credits if sampler.latest is not None else None,
+            profile=lambda: self.profile,
+            # A probe while the responder serves a test would measure the two tests competing.
+            busy=(lambda: responder.stats.snapshot().busy) if responder is not None else (lambda: False),
+            default_port=configmod.split_hostport(self.cfg.responder.listen)[1],
+            discover_tag=p.discover_tag, discover_interval=p.discover_interval,
+            discover_endpoint_url=p.discover_endpoint_url,
+            vpc_id=enis[0].vpc_id if enis else None,
+            region=ident.region if ident is not None else None,
+            instance_id=ident.instance_id if ident is not None else None,
+            instance_type=self.profile.instance_type,
+            self_ips=[ip for e in enis for ip in e.local_ipv4s],
+            archive_bucket=p.archive.bucket if p.archive.enabled else None,
+            archive_prefix=p.archive.prefix, archive_region=p.archive.region,
+            archive_endpoint_url=p.archive.endpoint_url, archive_backlog=p.archive.backlog)
+        self.services.append(self.probes)
+        self.views.append(ProbesView(self.probes.snapshot))
 
     def _vpc_cidrs(self) -> list[str]:
         return list(self.instance.vpc_cidrs) if self.instance is not None else []

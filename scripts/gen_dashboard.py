@@ -59,7 +59,8 @@ def build() -> dict:
     ]
     return {
         "title": "burstwatch: EC2 network burst credits", "uid": "burstwatch", "schemaVersion": 38,
-        "version": 1, "editable": True, "tags": ["burstwatch", "ec2", "network"], "time": {"from": "now-6h", "to": "now"},
+        "version": 1, "editable": True, "tags": ["burstwatch", "ec2", "network"],
+        "time": {"from": "now-6h", "to": "now"},
         "refresh": "30s",
         "templating": {"list": [
             {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"},

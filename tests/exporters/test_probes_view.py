@@ -38,8 +38,12 @@ def service(clock: Clock, runner: Any, credits: Any = None, archive: Optional[S3
 
 def run_round(svc: ProbeService, clock: Clock) -> None:
     clock.t = max(clock.t, svc.scheduler.next_round)
-    while svc.step() is not None or svc.scheduler.pending:
-        clock.t += svc.scheduler.wait_seconds()          # the gap between probes
+    while True:
+        r = svc.step()
+        if r is None and not svc.scheduler.pending:
+            return
+        if r is None:
+            clock.t += svc.scheduler.wait_seconds()      # the gap between probes
 
 
 def test_successful_probes() -> None:

@@ -180,6 +180,7 @@ def test_never_two_probes_at_once() -> None:
         assert s.poll() is None
     assert s.skipped["busy"] == 3 * 2 * 2                # 3 rounds x 2 peers x 2 directions
     s.finish(first, True, 1e6)
+    clock.t += s.gap
     assert s.poll() is not None                          # the queued rest of the first round
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
-import threading
 import shlex
 import subprocess
+import threading
 import time
 import uuid
 from typing import Any, Callable, Optional, TypeVar
@@ -163,7 +163,7 @@ class Lab:
             sh("ip", "netns", "del", ns, check=False)
         self.namespaces.clear()
 
-    def __enter__(self) -> "Lab":
+    def __enter__(self) -> Lab:
         return self
 
     def __exit__(self, *exc: object) -> None:
