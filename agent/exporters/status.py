@@ -31,6 +31,8 @@ def build_status(samples: list[Sample]) -> dict[str, Any]:
     doc["version"] = build.labels.get("version") if build else None
     info = _one(samples, "burstwatch_instance_info")
     doc["instance"] = dict(info.labels) if info else None
+    disc = _one(samples, "burstwatch_instance_discovery_info")
+    doc["discovery"] = dict(disc.labels) if disc else None
     model = _one(samples, "burstwatch_credit_model_info")
     doc["credit_model"] = dict(model.labels) if model else None
     doc["directions"] = {}
@@ -75,7 +77,15 @@ def json_safe(doc: Any) -> Any:
 
 
 def _gbit(bps: Optional[float]) -> str:
-    return "?" if bps is None else f"{bps * 8 / 1e9:.3g} Gbit/s"
+    """Bytes per second as a person reads a link rate: Gbit/s, Mbit/s or kbit/s."""
+    if bps is None:
+        return "?"
+    bits = bps * 8
+    if bits >= 1e8:
+        return f"{bits / 1e9:.3g} Gbit/s"
+    if bits >= 1e5:
+        return f"{bits / 1e6:.3g} Mbit/s"
+    return f"{bits / 1e3:.3g} kbit/s"
 
 
 def _duration(seconds: Optional[float]) -> str:
@@ -99,10 +109,16 @@ def render_text(doc: dict[str, Any]) -> str:
                      f"{inst.get('instance_type', '?')}  {inst.get('availability_zone', '')}")
     else:
         lines.append(f"burstwatch {doc.get('version')}  off EC2  type {inst.get('instance_type') or 'unknown'}")
+    disc = doc.get("discovery") or {}
+    if disc:
+        lines.append(f"  sources: imds {disc.get('imds', '?')}, type from {disc.get('instance_type_source', '?')}, "
+                     f"bandwidth from {disc.get('type_data_source', '?')}, "
+                     f"DescribeInstanceTypes {disc.get('api', '?')}")
     state = (doc.get("credit_model") or {}).get("state", "unknown_profile")
     for d, v in doc["directions"].items():
-        rate = f"rate {_gbit(v['rate_bytes_per_second'])} (baseline {_gbit(v['baseline_bytes_per_second'])}," \
-               f" peak {_gbit(v['peak_bytes_per_second'])})"
+        rate = f"rate {_gbit(v['rate_bytes_per_second'])} (baseline {_gbit(v['baseline_bytes_per_second'])}" \
+               f" [{v['baseline_source'] or 'none'}], peak {_gbit(v['peak_bytes_per_second'])}" \
+               f" [{v['peak_source'] or 'none'}])"
         ratio = v["remaining_ratio"]
         if ratio is None:
             what = "never exhausts (baseline = peak)" if state == "never_exhausts" else "no profile: no estimate"
