@@ -204,4 +204,6 @@ def build_context(cfg: configmod.Config, *, ethtool: Optional[EthtoolReader] = N
     after = sample_counters(interfaces, reader)
     return CheckContext(config=cfg, interfaces=interfaces, ethtool=reader, links=links, routes=routes,
                         instance=facts, before=before, after=after, path_mtu=measure_path_mtu,
-                        route_to=linksmod.route_to, imds_probe=client.probe if client else None, sysfs=sysfs)
+                        route_to=linksmod.route_to,
+                        # reuse: discovery just asked IMDS; a host without it must not wait out the timeouts twice
+                        imds_probe=(lambda: client.probe(reuse=True)) if client else None, sysfs=sysfs)
