@@ -561,6 +561,9 @@ class _ServerTest:
 
     def _send_error(self, code: int, text: str) -> None:
         """SERVER_ERROR, i_errno, errno (iperf_api.c iperf_exchange_parameters), then our reason."""
+        # A refused test is over: a client that tries again the moment it reads the error must find the
+        # responder free, not busy (the same rule as after DISPLAY_RESULTS).
+        self.finishing = True
         try:
             self.ctrl.send(p.encode_state(p.SERVER_ERROR) + struct.pack("!ii", code, 0)
                            + p.encode_message({p.REASON_KEY: text}), 2.0)
