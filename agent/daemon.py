@@ -264,6 +264,9 @@ class Daemon:
             archive_endpoint_url=p.archive.endpoint_url, archive_backlog=p.archive.backlog)
         self.services.append(self.probes)
         self.views.append(ProbesView(self.probes.snapshot))
+        if responder is not None:
+            probes = self.probes
+            responder.external_busy = lambda: probes.snapshot().running
 
     def _vpc_cidrs(self) -> list[str]:
         return list(self.instance.vpc_cidrs) if self.instance is not None else []

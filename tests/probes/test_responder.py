@@ -419,3 +419,14 @@ def test_reconfigure_applies_caps_and_allow_list_to_the_next_test() -> None:
         assert "max_streams 1" in str(exc.value)
         probe(r, duration=0.3, streams=1)
         assert r.stats.snapshot().tests["completed"] == 2
+
+
+def test_busy_while_this_host_runs_its_own_probe() -> None:
+    with responder() as r:
+        r.external_busy = lambda: True
+        with pytest.raises(ProbeError) as exc:
+            probe(r, duration=0.3, streams=1)
+        assert exc.value.kind == "busy"
+        r.external_busy = lambda: False
+        probe(r, duration=0.3, streams=1)
+        assert r.stats.snapshot().refused["busy"] >= 1

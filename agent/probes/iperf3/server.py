@@ -269,6 +269,9 @@ class Responder:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._active: Optional[_ServerTest] = None
+        # True while this host runs a probe of its own: a test served meanwhile would compete with it on
+        # the same NIC, so clients are told "busy" then too (the daemon wires the probe service in).
+        self.external_busy: Callable[[], bool] = lambda: False
         self._pending: collections.Counter[str] = collections.Counter()
         self._waiting: set[socket.socket] = set()  # connections still owing their cookie
         self._threads: list[threading.Thread] = []
@@ -380,7 +383,7 @@ class Responder:
             if test is not None and test.wants_stream_from(source):
                 test.offer(conn)
                 return
-            busy = (test is not None and not test.finishing) or self._stop.is_set()
+            busy = (test is not None and not test.finishing) or self._stop.is_set() or self.external_busy()
             overloaded = (sum(self._pending.values()) >= MAX_PENDING
                           or self._pending[source] >= MAX_PENDING_PER_SOURCE)
             if not busy and not overloaded:
@@ -430,7 +433,7 @@ class Responder:
                 while (self._active is not None and self._active.finishing and not self._stop.is_set()
                        and time.monotonic() < deadline):
                     self._cond.wait(max(0.0, deadline - time.monotonic()))
-                busy = self._active is not None or self._stop.is_set()
+                busy = self._active is not None or self._stop.is_set() or self.external_busy()
                 test = None if busy else _ServerTest(self, ctrl, source, cookie)
                 if test is not None:
                     self._active = test
