@@ -139,3 +139,13 @@ def test_generator_reads_describe_pages(tmp_path: Path) -> None:
                     "--out", str(out)], check=True, capture_output=True, timeout=60)
     e = load_catalogue(str(out))["m5.large"]
     assert (e.baseline_gbps, e.peak_gbps, e.default_ena_queues) == (0.75, 10.0, 2)
+
+
+def test_no_burstable_type_has_several_network_cards() -> None:
+    """The credit model keeps one bucket per direction against network card 0. That is exact while every
+    size with a burst bucket has a single card; a regenerated catalogue that breaks this must fail here."""
+    from agent.models.catalogue import load_catalogue
+
+    burstable_multi = [t for t, e in load_catalogue().items() if len(e.cards) > 1 and any(
+        c.baseline_gbps is not None and c.peak_gbps is not None and c.peak_gbps > c.baseline_gbps for c in e.cards)]
+    assert burstable_multi == []
