@@ -91,12 +91,17 @@ enabled = false
         time.sleep(2.0)  # past start-up
         cpu0 = {"burstwatch": _cpu_seconds(bw.pid), "node_exporter": _cpu_seconds(ne.pid)}
         series = {}
+        step_ms: list[float] = []
         end = time.monotonic() + seconds
         tick = time.monotonic()
         while time.monotonic() < end:
             for name, u in urls.items():
                 body = urllib.request.urlopen(u, timeout=5).read()
                 series[name] = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+                if name == "burstwatch":
+                    for line in body.splitlines():
+                        if line.startswith(b"burstwatch_sample_duration_seconds "):
+                            step_ms.append(float(line.split()[1]) * 1e3)
             tick += 1.0
             time.sleep(max(0.0, tick - time.monotonic()))
         cpu = {"burstwatch": _cpu_seconds(bw.pid) - cpu0["burstwatch"],
@@ -111,6 +116,9 @@ enabled = false
     report("node_exporter cpu seconds / 60 s", cpu["node_exporter"])
     report("burstwatch peak rss MiB", rss["burstwatch"] / 2**20)
     report("node_exporter peak rss MiB", rss["node_exporter"] / 2**20)
+    step_ms.sort()
+    report("burstwatch sampling step ms (median)", step_ms[len(step_ms) // 2])
+    report("burstwatch sampling step ms (max)", step_ms[-1])
     report("burstwatch series per scrape", series["burstwatch"])
     report("node_exporter series per scrape", series["node_exporter"])
     report("cpu ratio burstwatch/node_exporter (target <= 1.0)", cpu["burstwatch"] / max(cpu["node_exporter"], 1e-9))
