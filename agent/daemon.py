@@ -144,8 +144,9 @@ class Daemon:
                 log.warning("[probe] discovery or archive settings changed; they take effect at the next restart")
         elif self.probes is None and (new.probe.peers or new.probe.discover_tag):
             log.warning("[probe] now names peers; probing starts at the next restart")
-        if new.cloudwatch != old.cloudwatch:
-            log.warning("[cloudwatch] changed; it takes effect at the next restart")
+        for name in ("cloudwatch", "credits", "imds", "state_dir"):
+            if getattr(new, name) != getattr(old, name):
+                log.warning("%s changed; it takes effect at the next restart", name)
         if new.metrics.listen != old.metrics.listen:
             log.warning("metrics.listen changed to %s; it takes effect at the next restart", new.metrics.listen)
         log.info("config reloaded from %s", self.config_path or configmod.DEFAULT_CONFIG_PATH)
