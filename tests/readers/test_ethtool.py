@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import time
 from pathlib import Path
 
 import pytest
@@ -191,16 +190,11 @@ def test_ioctl_reader_beyond_256_stats_and_count_changes() -> None:
         assert len(small) < len(big)
         assert small == parse_ethtool_S(lab.run(a, "ethtool", "-S", "va").stdout)
         assert run_in_ns(a, lambda: reader.channels("va")) == parse_ethtool_l(lab.run(a, "ethtool", "-l", "va").stdout)
-        # Hot path: the stats read runs every sample. Generous bound; the measured cost is ~20 us.
-        n = 2000
-
-        def timed() -> float:
-            t = time.perf_counter()
-            for _ in range(n):
-                reader.stats("va")
-            return (time.perf_counter() - t) / n
-
-        assert run_in_ns(a, timed) < 0.002
+        # Hot path: the stats read runs every sample, so the names are fetched once and kept until the
+        # device's count changes (its cost is in `make bench`'s sampling step, never asserted as a time).
+        cached = reader._cache["va"]
+        run_in_ns(a, lambda: reader.stats("va"))
+        assert reader._cache["va"] is cached
         reader.close()
 
 

@@ -115,13 +115,18 @@ def test_slow_or_dead_imds_gives_up_after_bounded_attempts(mode: str) -> None:
         with pytest.raises(ImdsUnavailable, match="timed out"):
             c.get("meta-data/instance-id")
         elapsed = time.monotonic() - t0
+        # The server logs a request when its handler thread gets to it, which on a loaded machine can be
+        # after the client already timed out: wait for the count to settle, then it must be exactly 3.
+        settle = time.monotonic() + 2.0
+        while srv.count("PUT") < 3 and time.monotonic() < settle:
+            time.sleep(0.02)
         assert srv.count("PUT") == 3                      # 1 + retries, then it stops
         # 3 timeouts of 0.2 s plus 0.1 + 0.2 s of backoff; generous slack for a loaded CI machine
         assert 0.6 <= elapsed < 3.0
         t1 = time.monotonic()
         with pytest.raises(ImdsUnavailable):              # the verdict sticks: no new attempts
             c.get("meta-data/instance-type")
-        assert time.monotonic() - t1 < 0.1 and srv.count("PUT") == 3
+        assert time.monotonic() - t1 < 0.5 and srv.count("PUT") == 3
         assert c.stats.snapshot()[("token", "timeout")] == 3
         assert c.stats.up is False
         c.reset()                                         # a later re-probe tries again
@@ -204,9 +209,9 @@ def test_probe_can_reuse_what_the_client_already_knows() -> None:
         c = ImdsClient(srv.url, timeout=0.2, retries=0)
         with pytest.raises(ImdsUnavailable):
             c.get("meta-data/instance-id")
-        t0 = time.monotonic()
         p = c.probe(reuse=True)
-        assert not p.reachable and time.monotonic() - t0 < 0.1 and srv.count("PUT") == 1
+        assert not p.reachable and srv.count("PUT") == 1   # answered from what it knew: no new attempt,
+        assert c.stats.snapshot()[("token", "timeout")] == 1   # so no timeout was waited out again
     with ImdsServer() as srv:
         c = ImdsClient(srv.url, timeout=1.0)
         assert c.probe(reuse=True).imdsv2 and srv.count("PUT") == 1     # nothing known yet: asks
