@@ -55,6 +55,24 @@ def alarm_period(period: int) -> int:
     return max(60, int(math.ceil(period / 60.0)) * 60)
 
 
+def _condition(spec: Any, direction: str, namespace: str, period: int, dims: Any) -> dict[str, Any]:
+    """What an alarm watches and when it fires: shared by PutMetricAlarm and the CloudFormation template,
+    so the two can never disagree."""
+    return {
+        "AlarmDescription": spec.description.format(direction=WORDS[direction]),
+        "Namespace": namespace,
+        "MetricName": spec.metric,
+        "Dimensions": dims,
+        "Statistic": spec.statistic,
+        "Period": alarm_period(period),
+        "EvaluationPeriods": 1,
+        "DatapointsToAlarm": 1,
+        "Threshold": spec.threshold,
+        "ComparisonOperator": spec.comparison,
+        "TreatMissingData": spec.treat_missing,
+    }
+
+
 def alarm_params(namespace: str, dims: Dims, period: int, label: str,
                  actions: Optional[list[str]] = None) -> list[dict[str, Any]]:
     """PutMetricAlarm arguments for every alarm and direction; `dims` must be the publisher's own
@@ -64,17 +82,8 @@ def alarm_params(namespace: str, dims: Dims, period: int, label: str,
         for d in DIRECTIONS:
             params: dict[str, Any] = {
                 "AlarmName": f"burstwatch-{label}-{spec.slug}-{d}",
-                "AlarmDescription": spec.description.format(direction=WORDS[d]),
-                "Namespace": namespace,
-                "MetricName": spec.metric,
-                "Dimensions": [{"Name": n, "Value": v} for n, v in dims] + [{"Name": "Direction", "Value": d}],
-                "Statistic": spec.statistic,
-                "Period": alarm_period(period),
-                "EvaluationPeriods": 1,
-                "DatapointsToAlarm": 1,
-                "Threshold": spec.threshold,
-                "ComparisonOperator": spec.comparison,
-                "TreatMissingData": spec.treat_missing,
+                **_condition(spec, d, namespace, period,
+                             [{"Name": n, "Value": v} for n, v in dims] + [{"Name": "Direction", "Value": d}]),
                 "ActionsEnabled": bool(actions),
             }
             if actions:
@@ -117,17 +126,7 @@ def cloudformation_template(namespace: str, period: int, extra: dict[str, str]) 
                 "Type": "AWS::CloudWatch::Alarm",
                 "Properties": {
                     "AlarmName": {"Fn::Sub": f"burstwatch-${{InstanceId}}-{spec.slug}-{d}"},
-                    "AlarmDescription": spec.description.format(direction=WORDS[d]),
-                    "Namespace": namespace,
-                    "MetricName": spec.metric,
-                    "Dimensions": dims,
-                    "Statistic": spec.statistic,
-                    "Period": alarm_period(period),
-                    "EvaluationPeriods": 1,
-                    "DatapointsToAlarm": 1,
-                    "Threshold": spec.threshold,
-                    "ComparisonOperator": spec.comparison,
-                    "TreatMissingData": spec.treat_missing,
+                    **_condition(spec, d, namespace, period, dims),
                     "AlarmActions": topic,
                     "OKActions": topic,
                 },
