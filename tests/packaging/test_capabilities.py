@@ -11,6 +11,8 @@ is asked too: its EPERM proves the process really is unprivileged.
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -82,8 +84,20 @@ print(json.dumps(out))
 """
 
 
-def test_agent_os_reads_need_no_capability() -> None:
+def test_agent_os_reads_need_no_capability(tmp_path_factory: pytest.TempPathFactory) -> None:
     require_root_tools("ip", "tc", "setpriv")
+    # The checkout may be private to root (CI clones into `mktemp -d`, mode 0700): give the unprivileged
+    # user its own world-readable copy of the package, as the packages install it.
+    import shutil
+
+    code = tmp_path_factory.mktemp("caps-code")
+    shutil.copytree(ROOT / "agent", code / "agent", ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [code, *code.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    parent, top = code.parent, Path(tempfile.gettempdir())
+    while parent not in (top, parent.parent):   # pytest's base temp dirs are 0700 too
+        parent.chmod((parent.stat().st_mode & 0o7777) | 0o005)
+        parent = parent.parent
     with Lab() as lab:
         ns, peer = lab.host("caps"), lab.host("peer")
         ifname, _ = lab.link(ns, peer, "10.232.0.2/24", "10.232.0.1/24", mtu=9001)
@@ -91,7 +105,7 @@ def test_agent_os_reads_need_no_capability() -> None:
         lab.tbf(ns, ifname, rate_bit=100_000_000, burst_bytes=1_000_000)
         proc = lab.run(ns, "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
                        "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs",
-                       "/usr/bin/python3", "-I", "-c", PROBE, str(ROOT), ifname, check=False, timeout=60)
+                       "/usr/bin/python3", "-I", "-c", PROBE, str(code), ifname, check=False, timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["uid"] == NOBODY
