@@ -42,7 +42,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from agent.checks.cli import cmd_check as run
+    from agent.commands.check import cmd_check as run
 
     return run(args)
 
@@ -66,7 +66,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_cloudwatch(args: argparse.Namespace) -> int:
-    from agent.exporters.cloudwatch_alarms import cmd_cloudwatch as run
+    from agent.cloudwatch.alarms import cmd_cloudwatch as run
     from agent.readers.imds import ImdsClient
 
     im = configmod.load(args.config).imds
@@ -101,14 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("status", cmd_status, "show the running daemon's view of credits, checks and probes")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
     sp.add_argument("--url", default=None, help="the daemon's /metrics URL (default: from metrics.listen)")
-    from agent.probes.cli import add_probe_arguments, add_responder_arguments, cmd_probe, cmd_responder
+    from agent.commands.probe import add_probe_arguments, add_responder_arguments, cmd_probe, cmd_responder
 
     sp = add("probe", cmd_probe, "run one iperf3-compatible throughput probe", config=False)
     add_probe_arguments(sp)
     sp = add("responder", cmd_responder, "run the iperf3-compatible responder in the foreground, without the daemon")
     add_responder_arguments(sp)
     add("check-config", cmd_check_config, "validate a config file; exit 0 or 2 naming the bad key")
-    from agent.exporters.cloudwatch_alarms import add_arguments as add_cloudwatch_arguments
+    from agent.cloudwatch.alarms import add_arguments as add_cloudwatch_arguments
 
     sp = add("cloudwatch", cmd_cloudwatch, "print (or with --apply create) this instance's CloudWatch alarms",
              config=False)

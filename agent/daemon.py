@@ -13,19 +13,19 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from agent import config as configmod
 from agent.checks.runner import CheckRunner, subprocess_executor
-from agent.collectors.ethtool import EthtoolCollector, make_step_hook
-from agent.collectors.instance import InstanceInfo, discover, profile_for
-from agent.collectors.shaping import ShapingCollector
-from agent.credits import CreditTracker
+from agent.credits.feed import CreditTracker
+from agent.discovery import InstanceInfo, discover, profile_for
 from agent.exporters.checks import CheckView
-from agent.exporters.credits import CreditView
+from agent.exporters.credit_view import CreditView
 from agent.exporters.ena import EnaView
 from agent.exporters.instance import InstanceView
 from agent.exporters.prometheus import BuildInfoView, MetricsServer, ReloadState, SamplerView, build_registry
 from agent.models.profile import BandwidthProfile
 from agent.notify import notify, watchdog_interval
 from agent.readers.ethtool import IoctlEthtoolReader
-from agent.sampler import Sampler, Snapshot
+from agent.sampling.ethtool import EthtoolCollector, make_step_hook
+from agent.sampling.pipeline import Sampler, Snapshot
+from agent.sampling.shaping import ShapingCollector
 
 if TYPE_CHECKING:
     from agent.probes.service import ProbeService
@@ -130,7 +130,7 @@ class Daemon:
             self.instance = dataclasses.replace(self.instance, profile=self.profile)
             self.credits.set_profile(self.profile)
         if self.responder is not None and new.responder != old.responder:
-            from agent.probes.iperf3.server import resolve_allow
+            from agent.responder.server import resolve_allow
 
             self.responder.reconfigure(new.responder, resolve_allow(new.responder.allow, self._vpc_cidrs))
         if self.probes is not None and new.probe != old.probe:
@@ -188,7 +188,7 @@ class Daemon:
         self.services.append(checks)
         if self.cfg.responder.enabled:
             from agent.exporters.responder import ResponderView
-            from agent.probes.iperf3.server import Responder, resolve_allow
+            from agent.responder.server import Responder, resolve_allow
 
             self.responder = Responder(self.cfg.responder, resolve_allow(self.cfg.responder.allow, self._vpc_cidrs))
             self.services.append(self.responder)
@@ -209,7 +209,7 @@ class Daemon:
 
     def _cloudwatch(self) -> Any:
         """The CloudWatch publisher (imports boto3: only when [cloudwatch] enabled = true)."""
-        from agent.exporters.cloudwatch import CloudWatchPublisher, autoscaling_group_name
+        from agent.cloudwatch.publisher import CloudWatchPublisher, autoscaling_group_name
         from agent.readers import aws
         from agent.readers.imds import ImdsClient
 

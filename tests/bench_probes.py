@@ -36,7 +36,7 @@ def _env() -> dict[str, str]:
 def _probe_cmd(host: str, port: int, streams: int, seconds: float, netns: Optional[str] = None) -> list[str]:
     code = textwrap.dedent(f"""
         import json
-        from agent.probes.iperf3 import ProbeRequest, run_probe
+        from agent.iperf3 import ProbeRequest, run_probe
         print(json.dumps(run_probe(ProbeRequest({host!r}, {port}, streams={streams}, duration={seconds}))))
     """)
     cmd = [sys.executable, "-c", code]
@@ -69,7 +69,7 @@ class _Servers:
         conf.write_text(f'[responder]\nlisten = "{bind}:{self.bw_port}"\nallow = ["0.0.0.0/0"]\n'
                         "max_duration = 600.0\nmax_streams = 128\nmax_bytes = 1125899906842624\n"
                         "max_tests_per_hour = 100000\n")
-        code = (f"import argparse, sys\nfrom agent.probes import cli\nsys.exit(cli.cmd_responder("
+        code = (f"import argparse, sys\nfrom agent.commands import probe as cli\nsys.exit(cli.cmd_responder("
                 f"argparse.Namespace(config={str(conf)!r}, listen=None, allow=None)))")
         prefix = ["ip", "netns", "exec", netns] if netns else []
         self.procs = [

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from agent import config as configmod
-from agent.collectors import NotSupported
 from agent.readers.driver import SysfsDriver, read_sysfs_driver
 from agent.readers.ethtool import Channels, DriverInfo, EthtoolReader, Rings
 from agent.readers.links import LinkInfo, RouteInfo, RouteLookup, RxCounters
 from agent.readers.pmtu import PathMtu
+from agent.sampling import NotSupported
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def sample_counters(interfaces: list[str], ethtool: EthtoolReader,
 
 
 def facts_from_instance(info: Any) -> InstanceFacts:
-    """InstanceFacts from agent.collectors.instance.InstanceInfo (duck-typed: any object with its fields)."""
+    """InstanceFacts from agent.discovery.InstanceInfo (duck-typed: any object with its fields)."""
     entry = getattr(info, "type_entry", None)
     return InstanceFacts(
         instance_type=getattr(info, "instance_type", None),
@@ -174,7 +174,7 @@ def build_context(cfg: configmod.Config, *, ethtool: Optional[EthtoolReader] = N
         client = ImdsClient(cfg.imds.endpoint, timeout=cfg.imds.timeout, retries=cfg.imds.retries,
                             allow_imdsv1=cfg.imds.allow_imdsv1)
     if instance is None and discover:
-        from agent.collectors import instance as instancemod
+        from agent import discovery as instancemod
 
         instance = instancemod.discover(cfg, sysfs=sysfs, imds=client)
     elif instance is None:

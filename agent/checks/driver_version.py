@@ -7,8 +7,8 @@ from typing import NamedTuple, Optional
 
 from agent.checks.base import precheck
 from agent.checks.context import CheckContext
-from agent.collectors.ethtool import ALLOWANCE_STATS, ena_features
 from agent.models.checks import FAIL, OK, WARN, Verdict
+from agent.sampling.ethtool import ALLOWANCE_STATS, ena_features
 
 NAME = "driver_version"
 

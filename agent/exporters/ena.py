@@ -7,7 +7,7 @@ from typing import Callable, Iterable, Mapping, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from agent.checks.driver_version import parse_ena_version
-from agent.collectors.ethtool import (
+from agent.sampling.ethtool import (
     ALLOWANCE_STATS,
     CONNTRACK_AVAILABLE,
     DEFAULT_STATS,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from agent.collectors.instance import InstanceInfo
+    from agent.discovery import InstanceInfo
 
 NS = "burstwatch"
 DIRECTIONS = ("in", "out")  # AWS: up to N in and, at the same time, up to N out

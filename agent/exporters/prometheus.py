@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.process_collector import ProcessCollector
 
 from agent import __version__
-from agent.sampler import Snapshot
+from agent.sampling.pipeline import Snapshot
 
 log = logging.getLogger(__name__)
 

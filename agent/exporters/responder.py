@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from agent.probes.iperf3.server import ResponderSnapshot
+    from agent.responder.server import ResponderSnapshot
 
 NS = "burstwatch"
 

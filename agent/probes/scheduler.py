@@ -83,7 +83,7 @@ class ProbePlan:
 
 
 # credits(): direction -> (remaining_bytes, bucket_bytes) or an object with .remaining_bytes and
-# .bucket_bytes (agent.models.credit.CreditReading); None or missing figures: never exhausts / unknown.
+# .bucket_bytes (agent.models.credit_model.CreditReading); None or missing figures: never exhausts / unknown.
 CreditSource = Callable[[], Optional[Mapping[str, Any]]]
 
 

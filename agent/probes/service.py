@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from agent.exporters.s3_archive import ArchiveStats, S3Archive
+from agent.iperf3 import ProbeError, ProbeRequest, run_probe, summarize
 from agent.models.profile import GBIT, BandwidthProfile
-from agent.probes.iperf3 import ProbeError, ProbeRequest, run_probe, summarize
+from agent.probes.archive import ArchiveStats, S3Archive
 from agent.probes.scheduler import DIRECTIONS, Peer, ProbePlan, Scheduler
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from agent.models.catalogue import TypeEntry, entry_from_describe
 from agent.readers import aws
-from agent.state import JsonStore
+from agent.readers.statefile import JsonStore
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Mapping, NamedTuple, Optional, Protocol, Union
 
-from agent.collectors import NotSupported
+from agent.readers.errors import NoSuchInterface, NotSupported
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +45,6 @@ _SSET_INFO = struct.Struct("=IIQI")       # cmd, reserved, sset_mask, data[0]
 HEADROOM = 4096
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-class NoSuchInterface(OSError):
-    """The interface does not exist (ENODEV): monitored but gone, or a typo in the config."""
-
-    def __init__(self, ifname: str) -> None:
-        super().__init__(errno.ENODEV, f"interface={ifname}: no such device")
-        self.ifname = ifname
 
 
 class DriverInfo(NamedTuple):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent import config as configmod
-from agent.checks.cli import cmd_check
 from agent.checks.context import CheckContext
+from agent.commands.check import cmd_check
 from agent.readers.imds import ImdsClient
 from tests.checks.helpers import fixture_context
 from tests.conftest import BURSTWATCH, ROOT, free_port

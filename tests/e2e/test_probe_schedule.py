@@ -41,8 +41,8 @@ def agent_main() -> None:
     from agent.exporters.prometheus import MetricsServer, build_registry
     from agent.exporters.responder import ResponderView
     from agent.models.profile import BandwidthProfile
-    from agent.probes.iperf3.server import Responder
     from agent.probes.service import build_probe_service
+    from agent.responder.server import Responder
 
     cfg = json.loads(sys.argv[1])
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")

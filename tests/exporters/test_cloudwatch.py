@@ -13,8 +13,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agent.config import CloudWatchConfig
-from agent.exporters.cloudwatch import (
+from agent.cloudwatch.publisher import (
     DEFAULT_METRICS,
     EXHAUSTION_CAP_SECONDS,
     SPECS,
@@ -22,9 +21,10 @@ from agent.exporters.cloudwatch import (
     autoscaling_group_name,
     classify,
 )
-from agent.models.credit import CreditReading
+from agent.config import CloudWatchConfig
+from agent.models.credit_model import CreditReading
 from agent.readers import aws
-from agent.sampler import Snapshot
+from agent.sampling.pipeline import Snapshot
 from tests.support.throttle_proxy import ThrottleProxy
 
 NS = "Burstwatch"
@@ -317,7 +317,7 @@ def test_persistent_errors_are_logged_once_per_kind_and_lose_nothing(
     proxy.fail_next(2, "Throttling", 400, "Rate exceeded")
     proxy.fail_next(2, "InvalidClientTokenId", 403, "The security token included in the request is invalid.")
     pub = make_publisher(proxy.url, max_attempts=1)
-    caplog.set_level(logging.INFO, logger="agent.exporters.cloudwatch")
+    caplog.set_level(logging.INFO, logger="agent.cloudwatch.publisher")
     pub.start()
     base = _feed_past_minute(pub)
     wait_for(lambda: pub.stats()["published"] > 0, 30, "recovery")

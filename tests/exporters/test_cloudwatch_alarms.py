@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.exporters.cloudwatch_alarms import (
+from agent.cloudwatch.alarms import (
     ALARMS,
     add_arguments,
     alarm_params,

@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from agent.models.credit import CreditReading
+from agent.models.credit_model import CreditReading
 from tests.exporters.test_cloudwatch import (  # _publishers_end_with_their_test is an autouse fixture
     COMMON,
     _publishers_end_with_their_test,  # noqa: F401
@@ -41,7 +41,7 @@ def proxy(moto: str) -> Iterator[ThrottleProxy]:
 @pytest.mark.slow
 def test_endpoint_down_for_30_seconds_loses_nothing_within_the_backlog(
         moto: str, proxy: ThrottleProxy, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent.exporters.cloudwatch")
+    caplog.set_level(logging.INFO, logger="agent.cloudwatch.publisher")
     # high resolution (1 s periods, a flush each second): the outage spans ~30 periods and ~30 flushes
     pub = make_publisher(proxy.url, period=1, flush_interval=1.0)
     pub.start()

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from agent.collectors.ethtool import EthtoolCollector
 from agent.exporters.ena import EnaView, in_tree_label
 from agent.readers.ethtool import FixtureEthtoolReader
+from agent.sampling.ethtool import EthtoolCollector
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ethtool"
 

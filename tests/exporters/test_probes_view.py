@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.exporters.probes import ProbesView
-from agent.exporters.s3_archive import S3Archive
-from agent.probes.iperf3 import ProbeError
+from agent.iperf3 import ProbeError
+from agent.probes.archive import S3Archive
 from agent.probes.scheduler import SKIP_REASONS, Scheduler, parse_peer
 from agent.probes.service import ProbeService
 from tests.probes.test_service import M5, Clock, FakeRunner

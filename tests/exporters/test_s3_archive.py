@@ -14,8 +14,8 @@ from typing import Any, Optional
 
 import pytest
 
-from agent.exporters.s3_archive import S3Archive, archive_document, encode, object_key
-from agent.probes.iperf3 import ProbeRequest, run_probe
+from agent.iperf3 import ProbeRequest, run_probe
+from agent.probes.archive import S3Archive, archive_document, encode, object_key
 from agent.readers import aws
 from tests.probes.iperf3_helpers import free_port, iperf3_server
 

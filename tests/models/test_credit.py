@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agent.models.credit import CreditEstimator
+from agent.models.credit_model import CreditEstimator
 
 BASE, PEAK, BUCKET = 100.0, 1000.0, 9000.0  # bytes/s, bytes/s, bytes
 

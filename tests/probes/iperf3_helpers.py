@@ -15,7 +15,7 @@ from typing import Any, Iterator, Optional, Sequence
 import pytest
 
 from agent.config import ResponderConfig
-from agent.probes.iperf3.server import Responder, Timeouts
+from agent.responder.server import Responder, Timeouts
 
 # Short protocol timeouts so abuse tests take seconds, not minutes; the defaults are tested in unit tests.
 FAST = Timeouts(cookie=0.8, params=0.8, streams=2.0, stream_cookie=0.8, end_grace=2.0, send_slack=0.5,

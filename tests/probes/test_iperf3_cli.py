@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.probes import cli
+from agent.commands import probe as cli
 from tests.probes.iperf3_helpers import free_port, iperf3_client, iperf3_server, responder, wait_listening
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def test_standalone_responder_serves_iperf3_and_stops_on_sigterm(tmp_path: Path)
     conf.write_text('[responder]\nlisten = "127.0.0.1:1"\nallow = ["10.0.0.0/8"]\nmax_duration = 5.0\n')
     script = textwrap.dedent(f"""
         import argparse, sys
-        from agent.probes import cli
+        from agent.commands import probe as cli
         ns = argparse.Namespace(config={str(conf)!r}, listen="127.0.0.1:{port}", allow=["127.0.0.0/8"])
         sys.exit(cli.cmd_responder(ns))
     """)

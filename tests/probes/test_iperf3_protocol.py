@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.probes.iperf3 import protocol as p
+from agent.iperf3 import protocol as p
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

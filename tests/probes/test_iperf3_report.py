@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from agent.probes.iperf3 import protocol as p
-from agent.probes.iperf3.report import Cpu, StartInfo, StreamRecord, build_document, summarize
-from agent.probes.iperf3.streams import Sample
-from agent.probes.iperf3.tcpinfo import TcpInfo
+from agent.iperf3 import protocol as p
+from agent.iperf3.report import Cpu, StartInfo, StreamRecord, build_document, summarize
+from agent.iperf3.streams import Sample
+from agent.iperf3.tcpinfo import TcpInfo
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

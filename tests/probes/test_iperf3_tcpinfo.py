@@ -6,7 +6,7 @@ import socket
 import struct
 import threading
 
-from agent.probes.iperf3 import tcpinfo as ti
+from agent.iperf3 import tcpinfo as ti
 
 
 def synthetic(size: int = 232) -> bytes:

@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.config import ResponderConfig
 from agent.exporters.responder import ResponderView
-from agent.probes.iperf3 import ProbeError, ProbeRequest, run_probe
-from agent.probes.iperf3 import protocol as p
-from agent.probes.iperf3.server import (
+from agent.iperf3 import ProbeError, ProbeRequest, run_probe
+from agent.iperf3 import protocol as p
+from agent.responder.server import (
     RateLimiter,
     Refused,
     Timeouts,
@@ -382,7 +382,7 @@ def test_stop_during_a_test_is_prompt() -> None:
 def test_port_in_use_is_a_metric_not_a_crash() -> None:
     with responder() as r:
         clash = ResponderConfig(listen=f"127.0.0.1:{r.address[1]}")
-        from agent.probes.iperf3.server import Responder
+        from agent.responder.server import Responder
 
         other = Responder(clash, ["127.0.0.0/8"])
         other.start()  # logs an error, does not raise

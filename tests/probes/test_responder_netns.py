@@ -22,7 +22,7 @@ def probe_from(lab: Lab, ns: str, target: str) -> dict:
     """`burstwatch probe --json` run inside namespace `ns` (via the CLI function, as the command will)."""
     code = textwrap.dedent(f"""
         import argparse, sys
-        from agent.probes import cli
+        from agent.commands import probe as cli
         p = argparse.ArgumentParser(); cli.add_probe_arguments(p)
         sys.exit(cli.cmd_probe(p.parse_args([{target!r}, "-t", "1", "-P", "2", "--json"])))
     """)
@@ -39,7 +39,7 @@ def test_only_allowed_networks_may_test(monkeypatch: pytest.MonkeyPatch) -> None
         lab.link(a, c, "10.77.2.1/24", "10.77.2.2/24")
         code = textwrap.dedent("""
             import argparse, sys
-            from agent.probes import cli
+            from agent.commands import probe as cli
             sys.exit(cli.cmd_responder(argparse.Namespace(config=None, listen="0.0.0.0:5201",
                                                           allow=["10.77.1.0/24"])))
         """)

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import pytest
 
-from agent.models.credit import CreditReading
+from agent.models.credit_model import CreditReading
 from agent.probes.scheduler import (
     BUDGET_WINDOW,
     SKIP_REASONS,

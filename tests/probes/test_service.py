@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 import pytest
 
+from agent.iperf3 import ProbeError, ProbeRequest
 from agent.models.profile import GBIT, BandwidthProfile
-from agent.probes.iperf3 import ProbeError, ProbeRequest
 from agent.probes.scheduler import Peer, Scheduler, parse_peer
 from agent.probes.service import (
     ProbeService,

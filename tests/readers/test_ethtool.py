@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from agent.collectors import NotSupported
 from agent.readers import ethtool as ethtoolmod
 from agent.readers.ethtool import (
     Channels,
@@ -21,6 +20,7 @@ from agent.readers.ethtool import (
     parse_ethtool_l,
     parse_ethtool_S,
 )
+from agent.sampling import NotSupported
 from tests.conftest import require_root_tools
 from tests.support.lab import Lab, run_in_ns
 

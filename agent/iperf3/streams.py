@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from agent.probes.iperf3.tcpinfo import TcpInfo, tcp_info
+from agent.iperf3.tcpinfo import TcpInfo, tcp_info
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from agent.collectors import CollectorStatus, run_collector
 from agent.models.counters import CounterTracker, InterfaceDelta
-from agent.models.credit import CreditEstimator, CreditReading
+from agent.models.credit_model import CreditEstimator, CreditReading
 from agent.models.profile import BandwidthProfile
-from agent.state import JsonStore, boottime, read_boot_id
+from agent.readers.statefile import JsonStore, boottime, read_boot_id
+from agent.sampling import CollectorStatus, run_collector
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from agent import config as configmod
-from agent.exporters.cloudwatch import DIRECTIONS, autoscaling_group_name, common_dimensions
+from agent.cloudwatch.publisher import DIRECTIONS, autoscaling_group_name, common_dimensions
 from agent.models.cw_aggregate import Dims
 
 log = logging.getLogger(__name__)

@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from agent.collectors import CollectorStatus, run_collector
-from agent.collectors.netdev import NetdevCollector
 from agent.models.counters import CounterTracker
 from agent.readers.netdev import NetDevCounters
+from agent.sampling import CollectorStatus, run_collector
+from agent.sampling.netdev import NetdevCollector
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from agent import config as configmod
-from agent.collectors.instance import InstanceInfo, describe_profile, discover, profile_for
+from agent.discovery import InstanceInfo, describe_profile, discover, profile_for
 from agent.exporters.instance import InstanceView
 from agent.models.profile import GBIT
 from agent.readers import ec2api
@@ -121,7 +121,7 @@ def test_config_overrides_imds_and_catalogue(tmp_path: Path, caplog: pytest.LogC
     extra = ('[instance]\ntype = "r4.large"\n'
              "[instance.bandwidth]\npeak_gbps = 5.0\nburst_bucket_gbit = 1000.0\n")
     with ImdsServer(metadata_tree(instance_type="m5.large", enis=ENIS[:1])) as srv:
-        with caplog.at_level(logging.WARNING, logger="agent.collectors.instance"):
+        with caplog.at_level(logging.WARNING, logger="agent.discovery"):
             info = discover(cfg_for(tmp_path, srv.url, extra), sysfs=SYSFS, api_factory=dead_api())
     assert "overrides the type IMDS reports (m5.large)" in caplog.text
     p = info.profile
@@ -145,7 +145,7 @@ def test_off_ec2_says_so_once_and_runs_on_the_config(tmp_path: Path,
     p = info.profile
     assert (p.baseline_bytes_per_second, p.baseline_source) == (0.1 * GBIT, "config")
     assert (p.peak_bytes_per_second, p.peak_source) == (10 * GBIT, "catalogue")
-    mine = [r for r in caplog.records if r.name == "agent.collectors.instance" and r.levelno >= logging.INFO]
+    mine = [r for r in caplog.records if r.name == "agent.discovery" and r.levelno >= logging.INFO]
     assert len(mine) == 1 and mine[0].levelno == logging.INFO and "not on EC2" in mine[0].getMessage()
     assert elapsed < 3.0                                        # 2 x 0.2 s + 0.1 s backoff, generously
     reg, _ = scrape(info)

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from agent.collectors import CollectorStatus, NotSupported, run_collector
-from agent.collectors.ethtool import (
+from agent.readers.ethtool import FixtureEthtoolReader, IoctlEthtoolReader, parse_ethtool_S
+from agent.sampling import CollectorStatus, NotSupported, run_collector
+from agent.sampling.ethtool import (
     DEFAULT_STATS,
     EthtoolCollector,
     ena_features,
     make_step_hook,
     shaping_counters,
 )
-from agent.readers.ethtool import FixtureEthtoolReader, IoctlEthtoolReader, parse_ethtool_S
-from agent.sampler import Sampler
+from agent.sampling.pipeline import Sampler
 from tests.conftest import require_root_tools
 from tests.support.lab import Lab, run_in_ns
 

@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from agent.probes.iperf3 import protocol as p
-from agent.probes.iperf3.report import Cpu, StartInfo, StreamRecord, build_document
-from agent.probes.iperf3.streams import ByteBudget, CpuMeter, Stream, StreamSettings
-from agent.probes.iperf3.tcpinfo import congestion_control
+from agent.iperf3 import protocol as p
+from agent.iperf3.report import Cpu, StartInfo, StreamRecord, build_document
+from agent.iperf3.streams import ByteBudget, CpuMeter, Stream, StreamSettings
+from agent.iperf3.tcpinfo import congestion_control
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Callable, Iterable, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from agent.sampler import Snapshot
+from agent.sampling.pipeline import Snapshot
 
 NS = "burstwatch"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.probes.iperf3.client import ProbeError, ProbeRequest, run_probe
-from agent.probes.iperf3.report import ProbeSummary, summarize
+from agent.iperf3.client import ProbeError, ProbeRequest, run_probe
+from agent.iperf3.report import ProbeSummary, summarize
 
 __all__ = ["ProbeError", "ProbeRequest", "ProbeSummary", "run_probe", "summarize"]

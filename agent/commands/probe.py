@@ -12,8 +12,8 @@ import sys
 from typing import Any, Optional, TextIO
 
 from agent import config as configmod
-from agent.probes.iperf3.client import ProbeError, ProbeRequest, run_probe, validate
-from agent.probes.iperf3.protocol import DEFAULT_PORT
+from agent.iperf3.client import ProbeError, ProbeRequest, run_probe, validate
+from agent.iperf3.protocol import DEFAULT_PORT
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +257,7 @@ def cmd_responder(args: argparse.Namespace) -> int:
     """`burstwatch responder [--config PATH] [--listen HOST:PORT] [--allow CIDR ...]`: serve tests in the
     foreground until SIGINT/SIGTERM. Exit 0 after a clean stop, 1 when the port cannot be bound, 2 on
     usage/config errors."""
-    from agent.probes.iperf3.server import Responder, resolve_allow
+    from agent.responder.server import Responder, resolve_allow
 
     try:
         cfg = configmod.load(getattr(args, "config", None))

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
 from agent.config import ResponderConfig, split_hostport
-from agent.probes.iperf3 import protocol as p
-from agent.probes.iperf3.streams import ByteBudget, CpuMeter, Stream, StreamSettings
-from agent.probes.iperf3.tcpinfo import congestion_control
+from agent.iperf3 import protocol as p
+from agent.iperf3.streams import ByteBudget, CpuMeter, Stream, StreamSettings
+from agent.iperf3.tcpinfo import congestion_control
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Optional
 
-from agent.collectors import NotSupported
+from agent.sampling import NotSupported
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from agent.readers.errors import NotSupported
+
 log = logging.getLogger(__name__)
-
-
-class NotSupported(Exception):
-    """This collector has nothing to read on this host (logged at DEBUG, not an error)."""
 
 
 class Collector(Protocol):
@@ -50,5 +48,5 @@ def run_collector(collector: Collector, status: dict[str, CollectorStatus],
 
 # The registry: name -> module that defines it. Adding a collector is a new module plus one line here.
 COLLECTORS = {
-    "netdev": "agent.collectors.netdev",
+    "netdev": "agent.sampling.netdev",
 }

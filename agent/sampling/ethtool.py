@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from agent.collectors import NotSupported
-from agent.collectors.shaping import ethtool_shaping
 from agent.models.counters import MAX_PACKETS_PER_SECOND, counter_delta
 from agent.readers.ethtool import DriverInfo, EthtoolReader, NoSuchInterface
+from agent.sampling import NotSupported
+from agent.sampling.shaping import ethtool_shaping
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ DRIVER_REFRESH_SAMPLES = 300   # re-read `ethtool -i` every N samples (a module 
 def shaping_counters(stats: dict[str, int]) -> dict[str, int]:
     """{"in": bw_in_allowance_exceeded, "out": bw_out_allowance_exceeded}; a direction is absent when
     the driver lacks it (ENA < 2.2.10, other drivers). The credit model's shaping signal; the same
-    function as agent.collectors.shaping.ethtool_shaping, so both read the counters one way."""
+    function as agent.sampling.shaping.ethtool_shaping, so both read the counters one way."""
     return ethtool_shaping(stats)
 
 
@@ -157,7 +157,7 @@ class EthtoolCollector:
 def make_step_hook(collector: EthtoolCollector, status: dict) -> Callable[..., dict]:
     """A Sampler hook running the collector each sample: its result lands in Snapshot.extra["ethtool"]
     and its health in the snapshot's collector status (burstwatch_collector_success{collector="ethtool"})."""
-    from agent.collectors import run_collector
+    from agent.sampling import run_collector
 
     def hook(_now: float, _deltas: dict, _tracker: object) -> dict:
         return {"ethtool": run_collector(collector, status)}
