@@ -31,9 +31,10 @@ Validator = Callable[[Any], Optional[str]]
 
 
 def _opt(default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
-         check: Validator | None = None, factory: Callable[[], Any] | None = None) -> Any:
-    """A config key: default, one-line doc for docs/configuration.md, range and custom check."""
-    meta = {"doc": doc, "lo": lo, "hi": hi, "check": check}
+         check: Validator | None = None, factory: Callable[[], Any] | None = None, restart: bool = False) -> Any:
+    """A config key: default, one-line doc for docs/configuration.md, range and custom check. `restart`:
+    a new value on SIGHUP waits for the next restart (on a section: every key in it)."""
+    meta = {"doc": doc, "lo": lo, "hi": hi, "check": check, "restart": restart}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -108,7 +109,7 @@ def check_directions(value: list[str]) -> str | None:
 @dataclass(frozen=True)
 class MetricsConfig:
     listen: str = _opt(f"0.0.0.0:{DEFAULT_METRICS_PORT}", "host:port of the /metrics endpoint",
-                       check=check_hostport)
+                       check=check_hostport, restart=True)
     ethtool_include: list[str] = _opt(None, "extra ethtool statistic names to export "
                                       "(beyond the ENA allowance and ENA Express ones)", factory=list)
 
@@ -146,11 +147,11 @@ class ImdsConfig:
 @dataclass(frozen=True)
 class CreditsConfig:
     shaping_source: str = _opt("auto", "where the shaping signal comes from: auto (ethtool, else tc), "
-                               "ethtool, tc or none", check=check_shaping)
+                               "ethtool, tc or none", check=check_shaping, restart=True)
     tc_in_interface: Optional[str] = _opt(None, "interface whose root qdisc shapes inbound traffic "
-                                          "(an IFB device), for shaping_source = tc")
+                                          "(an IFB device), for shaping_source = tc", restart=True)
     tc_out_interface: Optional[str] = _opt(None, "interface whose root qdisc shapes outbound traffic "
-                                           "(default: the monitored interface)")
+                                           "(default: the monitored interface)", restart=True)
     learn: bool = _opt(True, "correct the bucket size from observed exhaustions")
     trust_configured_bucket: bool = _opt(True, "keep instance.bandwidth.burst_bucket_gbit fixed; false makes it "
                                          "a starting estimate that learning may correct")
@@ -210,11 +211,12 @@ class ProbeConfig:
     directions: list[str] = _opt(None, "directions probed per peer: out (we send), in (the peer sends, "
                                  "iperf3 -R)", factory=lambda: ["out", "in"], check=check_directions)
     discover_tag: Optional[str] = _opt(None, "EC2 tag KEY or KEY=VALUE: running instances carrying it in this "
-                                       "VPC are probed too (needs ec2:DescribeInstances)", check=check_tag)
-    discover_interval: float = _opt(300.0, "seconds between peer discoveries", lo=30.0, hi=86400.0)
+                                       "VPC are probed too (needs ec2:DescribeInstances)", check=check_tag,
+                                       restart=True)
+    discover_interval: float = _opt(300.0, "seconds between peer discoveries", lo=30.0, hi=86400.0, restart=True)
     discover_endpoint_url: Optional[str] = _opt(None, "EC2 endpoint for discovery (default: AWS)",
-                                                check=check_url)
-    archive: ProbeArchiveConfig = _opt(None, "", factory=ProbeArchiveConfig)
+                                                check=check_url, restart=True)
+    archive: ProbeArchiveConfig = _opt(None, "", factory=ProbeArchiveConfig, restart=True)
 
 
 @dataclass(frozen=True)
@@ -222,16 +224,16 @@ class Config:
     sample_interval: float = _opt(1.0, "seconds between counter samples", lo=0.1, hi=60.0)
     rate_window: Optional[float] = _opt(None, "seconds of samples the reported rate averages over "
                                         "(default: max(1, sample_interval))", lo=0.1, hi=600.0)
-    state_dir: str = _opt(DEFAULT_STATE_DIR, "where credit state and caches are kept")
+    state_dir: str = _opt(DEFAULT_STATE_DIR, "where credit state and caches are kept", restart=True)
     interfaces: Optional[list[str]] = _opt(None, "interfaces to monitor (default: the instance's ENIs "
                                            "from IMDS, else the default-route interfaces)")
     log_level: str = _opt("info", "debug, info, warning or error (--log-level overrides)",
                           check=check_log_level)
     metrics: MetricsConfig = _opt(None, "", factory=MetricsConfig)
     instance: InstanceConfig = _opt(None, "", factory=InstanceConfig)
-    imds: ImdsConfig = _opt(None, "", factory=ImdsConfig)
+    imds: ImdsConfig = _opt(None, "", factory=ImdsConfig, restart=True)
     credits: CreditsConfig = _opt(None, "", factory=CreditsConfig)
-    cloudwatch: CloudWatchConfig = _opt(None, "", factory=CloudWatchConfig)
+    cloudwatch: CloudWatchConfig = _opt(None, "", factory=CloudWatchConfig, restart=True)
     responder: ResponderConfig = _opt(None, "", factory=ResponderConfig)
     probe: ProbeConfig = _opt(None, "", factory=ProbeConfig)
 
@@ -360,7 +362,7 @@ def load(path: str | Path | None) -> Config:
     return parse(text, str(p))
 
 
-def describe_keys(cls: type = Config, prefix: str = "") -> list[tuple[str, str, Any, str]]:
+def describe_keys(cls: type = Config, prefix: str = "", restart: bool = False) -> list[tuple[str, str, Any, str]]:
     """(key, type description, default, doc) for every key, in declaration order; docs are tested
     against this list so docs/configuration.md cannot drift from the code."""
     out: list[tuple[str, str, Any, str]] = []
@@ -368,8 +370,25 @@ def describe_keys(cls: type = Config, prefix: str = "") -> list[tuple[str, str, 
     instance = cls()
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
+        needs_restart = restart or bool(f.metadata.get("restart"))
         if dataclasses.is_dataclass(tp):
-            out.extend(describe_keys(tp, f"{prefix}{f.name}."))  # type: ignore[arg-type]
+            out.extend(describe_keys(tp, f"{prefix}{f.name}.", needs_restart))  # type: ignore[arg-type]
         else:
-            out.append((f"{prefix}{f.name}", _describe(tp), getattr(instance, f.name), f.metadata["doc"]))
+            doc = f.metadata["doc"] + (" (a change waits for a restart)" if needs_restart else "")
+            out.append((f"{prefix}{f.name}", _describe(tp), getattr(instance, f.name), doc))
+    return out
+
+
+def restart_keys_changed(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """The keys (or whole sections) marked `restart` whose value differs between two configs: what a
+    SIGHUP cannot apply, so the daemon says so."""
+    out: list[str] = []
+    for f in dataclasses.fields(old):
+        a, b = getattr(old, f.name), getattr(new, f.name)
+        if a == b:
+            continue
+        if f.metadata.get("restart"):
+            out.append(prefix + f.name)
+        elif dataclasses.is_dataclass(a):
+            out.extend(restart_keys_changed(a, b, f"{prefix}{f.name}."))
     return out

@@ -24,9 +24,9 @@ enabled = false
 enabled = false
 ''')
 d = Daemon(cfg, None)
-d.setup()
-d.sampler.step(); d.sampler.step()
-checks = [s for s in d.services if s.name == "checks"][0]
+a = d.setup()
+a.sampler.step(); a.sampler.step()
+checks = [s for s in a.services if s.name == "checks"][0]
 state = checks.run_once(include_slow=False)
 print(len(state.verdicts) > 0, "pyroute2" in sys.modules, "boto3" in sys.modules, "botocore" in sys.modules)
 """

@@ -2,55 +2,25 @@
 
 from __future__ import annotations
 
-import re
-from typing import NamedTuple, Optional
-
 from agent.checks.base import precheck
 from agent.checks.context import CheckContext
 from agent.models.checks import FAIL, OK, WARN, Verdict
-from agent.sampling.ethtool import ALLOWANCE_STATS, ena_features
+from agent.models.ena import (
+    ALLOWANCE_STATS,
+    V_ALLOWANCE,
+    V_CONNTRACK_AVAILABLE,
+    V_ENA_EXPRESS_STATS,
+    V_ENAV3,
+    ena_features,
+    parse_ena_version,
+)
 
 NAME = "driver_version"
-
-# ENA driver milestones (amzn-drivers RELEASENOTES.md, ENA_Linux_Best_Practices.rst,
-# ec2-network-facts.md): what each version brought that matters to burstwatch.
-MIN_RECOMMENDED = (1, 5, 0)      # the old minimum recommended version
-ENAV3 = (2, 2, 9)                # ENAv3 devices (most 6th-generation types): older drivers lose performance
-ALLOWANCE = (2, 2, 10)           # "Add new device statistics to ethtool": the allowance counters
-ENA_EXPRESS_STATS = (2, 8, 0)    # "Add support for SRD metrics"
-CONNTRACK_AVAILABLE = (2, 8, 1)  # "Add conntrack customer metric to ethtool"
-
-# Out-of-tree (GitHub) builds report MAJOR.MINOR.SUBMINOR + "g"; in-tree builds before Linux 5.8
-# reported the same with "K"; since 5.8 the in-tree driver sets no version and ethtool shows the
-# kernel release (6.1.0-18-cloud-amd64, 4.18.0-305.el8_4.x86_64).
-_DRIVER_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)([gGkK]?)$")
-_KERNEL_RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?[-+_.]\S*$")
 
 UPGRADE = ("modinfo ena | grep -E '^(filename|version)'\n"
            "# in-tree driver: update the kernel (e.g. `sudo dnf upgrade kernel`, `sudo apt install linux-aws`)\n"
            "# out-of-tree: install the current driver from https://github.com/amzn/amzn-drivers "
            "(kernel/linux/ena, DKMS), then reboot")
-
-
-class EnaVersion(NamedTuple):
-    text: str
-    kind: str                              # out-of-tree | in-tree | unknown
-    number: Optional[tuple[int, int, int]]  # the driver's own version, when it reports one
-
-
-def parse_ena_version(text: str, module_version: Optional[str] = None) -> EnaVersion:
-    """`ethtool -i` version (plus /sys/module/ena/version, set only by out-of-tree builds) -> EnaVersion."""
-    t = (text or "").strip()
-    m = _DRIVER_VERSION.match(t)
-    if m:
-        number = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-        suffix = m.group(4).lower()
-        kind = "out-of-tree" if suffix == "g" else "in-tree" if suffix == "k" else (
-            "out-of-tree" if module_version else "unknown")
-        return EnaVersion(t, kind, number)
-    if _KERNEL_RELEASE.match(t):
-        return EnaVersion(t, "in-tree", None)
-    return EnaVersion(t, "out-of-tree" if module_version else "unknown", None)
 
 
 def _v(n: tuple[int, int, int]) -> str:
@@ -78,15 +48,15 @@ def _one(ctx: CheckContext, ifname: str) -> Verdict:
     ev.update({"allowance_counters": list(f.allowance), "conntrack_allowance_available": f.conntrack_available,
                "ena_express_stats": f.ena_express_stats, "ena_express_mode": f.ena_express_mode})
     notes = []
-    if ver.number is not None and ver.number < ENAV3:
-        notes.append(f"older than {_v(ENAV3)}: degraded on ENAv3 devices (most 6th-generation types)")
+    if ver.number is not None and ver.number < V_ENAV3:
+        notes.append(f"older than {_v(V_ENAV3)}: degraded on ENAv3 devices (most 6th-generation types)")
     if not f.allowance:
-        if ver.kind == "out-of-tree" and ver.number is not None and ver.number >= ALLOWANCE:
-            why = f"the driver is new enough (>= {_v(ALLOWANCE)}), the device does not report them"
+        if ver.kind == "out-of-tree" and ver.number is not None and ver.number >= V_ALLOWANCE:
+            why = f"the driver is new enough (>= {_v(V_ALLOWANCE)}), the device does not report them"
             remedy = ("# nothing to upgrade: this device (instance family) does not report ENI statistics; "
                       "burstwatch falls back to [credits] shaping_source = tc or none")
         else:
-            why = f"they need ENA >= {_v(ALLOWANCE)} or a kernel whose in-tree ena has them"
+            why = f"they need ENA >= {_v(V_ALLOWANCE)} or a kernel whose in-tree ena has them"
             remedy = UPGRADE
         return Verdict(NAME, ifname, FAIL,
                        f"{what}: no allowance counters, so shaping is invisible; {why}"
@@ -95,7 +65,7 @@ def _one(ctx: CheckContext, ifname: str) -> Verdict:
     have = [f"allowance counters ({len(f.allowance)}/{len(ALLOWANCE_STATS)})"]
     if f.conntrack_available:
         have.append("conntrack_allowance_available")
-    elif ver.number is not None and ver.kind == "out-of-tree" and ver.number >= CONNTRACK_AVAILABLE:
+    elif ver.number is not None and ver.kind == "out-of-tree" and ver.number >= V_CONNTRACK_AVAILABLE:
         notes.append("the device does not expose conntrack_allowance_available")
     if f.ena_express_stats:
         mode = f.ena_express_mode or 0
@@ -104,10 +74,10 @@ def _one(ctx: CheckContext, ifname: str) -> Verdict:
         have.append(f"ENA Express stats (ENA Express {state}{extra})")
     elif ctx.instance.ena_srd_supported:
         notes.append(f"{ctx.instance.instance_type} supports ENA Express but the driver reports no ENA Express "
-                     f"statistics (they need ENA >= {_v(ENA_EXPRESS_STATS)})")
+                     f"statistics (they need ENA >= {_v(V_ENA_EXPRESS_STATS)})")
     summary = f"{what}: " + ", ".join(have) + ("; " + "; ".join(notes) if notes else "")
     if missing:
         return Verdict(NAME, ifname, WARN, summary + f"; missing {', '.join(missing)}", ev, UPGRADE)
-    if ver.number is not None and ver.number < ENAV3:
+    if ver.number is not None and ver.number < V_ENAV3:
         return Verdict(NAME, ifname, WARN, summary, ev, UPGRADE)
     return Verdict(NAME, ifname, OK, summary, ev)

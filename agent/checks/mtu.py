@@ -5,7 +5,7 @@ from __future__ import annotations
 from agent.checks.base import ENA, IXGBEVF, missing
 from agent.checks.context import CheckContext
 from agent.models.checks import OK, SKIP, WARN, Verdict
-from agent.sampling.ethtool import ena_features
+from agent.models.ena import ena_features
 
 NAME = "mtu"
 

@@ -7,7 +7,7 @@ import re
 from agent.checks.base import missing
 from agent.checks.context import CheckContext
 from agent.models.checks import OK, SKIP, WARN, Verdict
-from agent.sampling.ethtool import ALLOWANCE_STATS
+from agent.models.ena import ALLOWANCE_STATS
 
 NAME = "rings"
 RX_SUGGESTED = 4096   # ENA_Linux_Best_Practices.rst: `ethtool -G eth0 rx 4096` when CPU spikes drop packets

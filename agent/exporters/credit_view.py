@@ -74,8 +74,7 @@ class CreditView:
         shaping = CounterMetricFamily(f"{NS}_shaping_packets", "Packets the shaper queued or dropped "
                                       "(ENA bw_*_allowance_exceeded summed over interfaces, or tc overlimits), "
                                       "accounted across counter resets.", labels=["direction", "source"])
-        src = self._shaping_source()
-        if snap.shaping is not None and src:
-            for d, v in sorted(snap.shaping.items()):
-                shaping.add_metric([d, src], v)
+        if snap.shaping is not None:
+            for d, v in sorted(snap.shaping.total.items()):
+                shaping.add_metric([d, snap.shaping.source], v)
         yield shaping

@@ -6,15 +6,15 @@ from typing import Callable, Iterable, Mapping, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from agent.checks.driver_version import parse_ena_version
-from agent.sampling.ethtool import (
+from agent.models.ena import (
     ALLOWANCE_STATS,
     CONNTRACK_AVAILABLE,
     DEFAULT_STATS,
     ENA_SRD_MODE,
     ENA_SRD_UTILIZATION,
-    InterfaceEthtool,
+    parse_ena_version,
 )
+from agent.sampling.ethtool import InterfaceEthtool
 
 NS = "burstwatch"
 # ena_srd_* counters -> metric names (packets, so `_packets_total`)

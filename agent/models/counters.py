@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Generic, Hashable, Optional, TypeVar
 
 from agent.readers.netdev import COUNTER_NAMES, NetDevCounters
 
-DIRECTIONS = ("in", "out")
+log = logging.getLogger(__name__)
+K = TypeVar("K", bound=Hashable)
 
 # Ceiling on a believable rate, used to tell a 32-bit wrap or a counter that restarted from zero from
 # garbage: 400 Gbit/s is the largest ENA network card (e.g. p5 instances have 3200 Gbit/s across 32 cards).
@@ -33,6 +36,50 @@ def counter_delta(prev: int, cur: int, dt: float, per_second_cap: float) -> tupl
         if wrapped <= cap:
             return wrapped, "wrap"
     return (cur if cur <= cap else 0), "reset"
+
+
+class CounterSet(Generic[K]):
+    """Many cumulative counters, each turned into per-sample increases and a total that never goes down
+    (psutil's wrap_numbers, once for every counter burstwatch reads: ethtool statistics, tc overlimits).
+
+    A key seen for the first time only sets its baseline (increase 0: its earlier history is not ours to
+    count); a key that disappears is forgotten, so when it comes back it starts afresh instead of
+    counting its whole value as one interval's increase; a decrease goes through counter_delta."""
+
+    def __init__(self, per_second_cap: float = MAX_PACKETS_PER_SECOND, what: str = "counter",
+                 start_at_value: bool = False) -> None:
+        self.cap = per_second_cap
+        self.what = what
+        # True: a new key's total starts at its raw value (a driver's own cumulative count, exported as
+        # such); False: at 0 (counts only what happened while we watched).
+        self.start_at_value = start_at_value
+        self._last: dict[K, int] = {}
+        self.totals: dict[K, int] = {}
+        self.resets = 0
+
+    def update(self, values: dict[K, int], dt: float) -> dict[K, int]:
+        """Feed the current raw values of the keys present now; returns each key's increase this interval
+        (0 for a key seen for the first time). Keys absent from `values` are forgotten."""
+        out: dict[K, int] = {}
+        for key in [k for k in self._last if k not in values]:
+            del self._last[key]
+        for key, value in values.items():
+            prev = self._last.get(key)
+            self._last[key] = value
+            if prev is None:
+                self.totals.setdefault(key, value if self.start_at_value else 0)
+                out[key] = 0
+                continue
+            inc, kind = counter_delta(prev, value, dt, self.cap)
+            if kind != "ok":
+                self.resets += 1
+                log.info("%s %s went %d -> %d (%s)", self.what, key, prev, value, kind)
+            out[key] = inc
+            self.totals[key] = self.totals.get(key, 0) + inc
+        return out
+
+    def total(self, key: K) -> Optional[int]:
+        return self.totals.get(key)
 
 
 @dataclass

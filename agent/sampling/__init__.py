@@ -1,4 +1,4 @@
-"""Collectors: one module each, listed in COLLECTORS; a collector's failure never fails a sample."""
+"""Sampling steps, one module each (netdev, ethtool, shaping), run in order by pipeline.Sampler; never fatal."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 class Collector(Protocol):
     name: str
 
-    def collect(self) -> Any:
+    def collect(self, *args: Any) -> Any:
         """Read once; raise NotSupported when there is nothing to read here."""
 
 
@@ -26,13 +26,14 @@ class CollectorStatus:
     supported: bool = True
 
 
-def run_collector(collector: Collector, status: dict[str, CollectorStatus],
+def run_collector(collector: Collector, status: dict[str, CollectorStatus], *args: Any,
                   clock: Callable[[], float] = time.perf_counter) -> Any:
-    """Run one collector, record its success and duration, and return its reading (None on failure)."""
+    """Run one step (`collector.collect(*args)`), record its success and duration, and return its reading
+    (None on failure): the one wrapper that times every step, like node_exporter's execute()."""
     start = clock()
     st = status.setdefault(collector.name, CollectorStatus())
     try:
-        result = collector.collect()
+        result = collector.collect(*args)
     except NotSupported as exc:
         if st.supported:
             log.debug("collector=%s not supported here: %s", collector.name, exc)
@@ -45,8 +46,3 @@ def run_collector(collector: Collector, status: dict[str, CollectorStatus],
     st.duration = clock() - start
     return result
 
-
-# The registry: name -> module that defines it. Adding a collector is a new module plus one line here.
-COLLECTORS = {
-    "netdev": "agent.sampling.netdev",
-}

@@ -1,16 +1,20 @@
-"""The sampling loop's one step: read counters, feed the models, publish an immutable snapshot."""
+"""The sampling pipeline: explicit steps per sample (netdev, ethtool, shaping, credits) into an immutable snapshot."""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol
 
-from agent.models.counters import CounterTracker
+from agent.models.counters import CounterTracker, InterfaceDelta
+from agent.models.credit_model import CreditReading
+from agent.models.shaping import ShapingReading
 from agent.readers.netdev import NetDevCounters
 from agent.sampling import CollectorStatus, run_collector
+from agent.sampling.ethtool import EthtoolCollector, InterfaceEthtool
 from agent.sampling.netdev import NetdevCollector
+from agent.sampling.shaping import ShapingCollector
 
 log = logging.getLogger(__name__)
 
@@ -29,26 +33,33 @@ class Snapshot:
     sample_duration: float
     samples_total: int
     collectors: dict[str, CollectorStatus]
-    # Filled by the models that the sampler feeds (credits, shaping); None until they have a figure.
-    credits: Any = None
-    shaping: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    # Each later step's reading; None when the step is not configured, not supported here or failed.
+    ethtool: Optional[dict[str, InterfaceEthtool]] = None
+    shaping: Optional[ShapingReading] = None
+    credits: Optional[dict[str, CreditReading]] = None
 
 
-# A hook the daemon adds to each step: (monotonic time, per-interface deltas, tracker) -> values merged
-# into the snapshot (e.g. {"credits": ...}). Kept as plain callables so the sampler stays small.
-StepHook = Callable[[float, dict, CounterTracker], dict]
+class CreditStep(Protocol):
+    """The credit service's per-sample entry point (agent.credits.feed.CreditTracker)."""
+
+    def step(self, now: float, deltas: dict[str, InterfaceDelta], tracker: CounterTracker,
+             shaping: Optional[ShapingReading]) -> Optional[dict[str, CreditReading]]: ...
 
 
 class Sampler:
-    def __init__(self, interfaces: Callable[[], list[str]], rate_window: float,
-                 procfs: str = "/proc", sysfs: str = "/sys",
-                 clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
-        self.netdev = NetdevCollector(interfaces, procfs, sysfs)
+    """Runs the steps in their one order, each fed the readings of the steps before it. A step's failure
+    is recorded in its collector status and leaves its reading None; it never fails the sample."""
+
+    def __init__(self, netdev: NetdevCollector, rate_window: float,
+                 ethtool: Optional[EthtoolCollector] = None, shaping: Optional[ShapingCollector] = None,
+                 credits: Optional[CreditStep] = None,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        self.netdev = netdev
+        self.ethtool = ethtool
+        self.shaping = shaping
+        self.credits = credits
         self.tracker = CounterTracker(rate_window)
         self.status: dict[str, CollectorStatus] = {}
-        self.hooks: list[StepHook] = []
         self.clock, self.wall = clock, wall
         self.samples_total = 0
         self.latest: Optional[Snapshot] = None
@@ -56,14 +67,25 @@ class Sampler:
     def step(self) -> Snapshot:
         start = time.perf_counter()
         now = self.clock()
+        # 1. netdev: bytes and packets per interface -> safe deltas and windowed rates.
         readings = run_collector(self.netdev, self.status)
         deltas = self.tracker.update(now, readings or {})
-        merged: dict[str, Any] = {}
-        for hook in self.hooks:
+        dt = max((d.dt for d in deltas.values()), default=0.0)
+        # 2. ethtool: the ENA statistics, with reset-safe totals and this sample's increases.
+        ethtool = run_collector(self.ethtool, self.status) if self.ethtool is not None else None
+        # 3. shaping: a pure function of step 2's reading (or the tc qdiscs).
+        shaping = None
+        if self.shaping is not None:
+            shaping = run_collector(self.shaping, self.status, ethtool, dt)
+            if shaping is None:
+                shaping = self.shaping.stale()
+        # 4. credits: the bucket model, fed this sample's bytes and shaping increase.
+        credits = None
+        if self.credits is not None:
             try:
-                merged.update(hook(now, deltas, self.tracker))
+                credits = self.credits.step(now, deltas, self.tracker, shaping)
             except Exception:
-                log.exception("sample hook %r failed", hook)
+                log.exception("credit step failed")
         self.samples_total += 1
         snap = Snapshot(
             wall_time=self.wall(),
@@ -76,9 +98,9 @@ class Sampler:
             sample_duration=time.perf_counter() - start,
             samples_total=self.samples_total,
             collectors={k: CollectorStatus(v.success, v.duration, v.supported) for k, v in self.status.items()},
-            credits=merged.pop("credits", None),
-            shaping=merged.pop("shaping", None),
-            extra=merged,
+            ethtool=ethtool,
+            shaping=shaping,
+            credits=credits,
         )
         self.latest = snap  # one reference swap: scrapes read whole snapshots, never half-updated ones
         return snap

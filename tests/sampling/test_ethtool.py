@@ -9,13 +9,13 @@ import pytest
 
 from agent.readers.ethtool import FixtureEthtoolReader, IoctlEthtoolReader, parse_ethtool_S
 from agent.sampling import CollectorStatus, NotSupported, run_collector
+from agent.models.ena import ena_features
+from agent.models.shaping import ethtool_shaping
 from agent.sampling.ethtool import (
     DEFAULT_STATS,
     EthtoolCollector,
-    ena_features,
-    make_step_hook,
-    shaping_counters,
 )
+from agent.sampling.netdev import NetdevCollector
 from agent.sampling.pipeline import Sampler
 from tests.conftest import require_root_tools
 from tests.support.lab import Lab, run_in_ns
@@ -52,7 +52,7 @@ def _set_stat(d: Path, stat: str, value: int) -> None:
 ])
 def test_shaping_counters(name: str, expected: dict[str, int]) -> None:
     stats = parse_ethtool_S((FIXTURES / name / "S.txt").read_text())
-    assert shaping_counters(stats) == expected
+    assert ethtool_shaping(stats) == expected
 
 
 def test_features_from_names() -> None:
@@ -113,17 +113,15 @@ def test_unsupported_gone_and_broken_interfaces(tmp_path: Path) -> None:
     assert status["ethtool"].success is False and status["ethtool"].supported is True
 
 
-def test_sampler_hook(tmp_path: Path) -> None:
+def test_sampler_runs_the_ethtool_step(tmp_path: Path) -> None:
     proc = tmp_path / "proc"
     (proc / "net").mkdir(parents=True)
     shutil.copy(Path(__file__).resolve().parent.parent / "fixtures" / "proc_net_dev.txt", proc / "net" / "dev")
-    sampler = Sampler(lambda: ["eth0"], 1.0, procfs=str(proc), sysfs=str(tmp_path))
     c = EthtoolCollector(lambda: ["eth0"], FixtureEthtoolReader({"eth0": CURRENT}))
-    sampler.hooks.append(make_step_hook(c, sampler.status))
+    sampler = Sampler(NetdevCollector(lambda: ["eth0"], str(proc), str(tmp_path)), 1.0, ethtool=c)
     snap = sampler.step()
-    assert snap.extra["ethtool"]["eth0"].raw["pps_allowance_exceeded"] == 784
+    assert snap.ethtool is not None and snap.ethtool["eth0"].raw["pps_allowance_exceeded"] == 784
     assert snap.collectors["ethtool"].success is True
-    assert c.latest is snap.extra["ethtool"]
 
 
 @pytest.mark.netns

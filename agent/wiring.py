@@ -1,0 +1,282 @@
+"""Wiring: build the sampler, the services and the Prometheus views from a config, and apply a reloaded one."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol
+
+from agent import config as configmod
+from agent.checks.runner import CheckRunner, subprocess_executor
+from agent.credits.feed import CreditTracker
+from agent.discovery import InstanceInfo, discover, profile_for
+from agent.exporters.checks import CheckView
+from agent.exporters.credit_view import CreditView
+from agent.exporters.ena import EnaView
+from agent.exporters.instance import InstanceView
+from agent.exporters.prometheus import BuildInfoView, ReloadState, SamplerView
+from agent.models.profile import BandwidthProfile
+from agent.readers.ethtool import IoctlEthtoolReader
+from agent.sampling.ethtool import EthtoolCollector
+from agent.sampling.netdev import NetdevCollector
+from agent.sampling.pipeline import Sampler, Snapshot
+from agent.sampling.shaping import ShapingCollector
+
+log = logging.getLogger(__name__)
+
+
+class Service(Protocol):
+    """Something the daemon runs beside the sampler (responder, checks, publishers)."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float) -> None: ...
+
+
+@dataclass
+class Paths:
+    """OS roots, replaceable in tests (node_exporter's --path.procfs / --path.sysfs)."""
+
+    procfs: str = "/proc"
+    sysfs: str = "/sys"
+
+
+def resolve_interfaces(cfg: configmod.Config, discovered: Callable[[], list[str]]) -> list[str]:
+    if cfg.interfaces:
+        return list(cfg.interfaces)
+    try:
+        found = discovered()
+    except Exception as exc:
+        log.warning("interface discovery failed: %s", exc)
+        found = []
+    if not found:
+        log.warning("no interfaces configured and none discovered; monitoring nothing until a reload")
+    return found
+
+
+@dataclass
+class Agent:
+    """Everything `burstwatch run` runs, built once by build(); the daemon owns the loop around it.
+
+    `sections` maps a config key (a section or a top-level key) to what applies its new value on a
+    reload; a changed key with no entry there, or marked `restart` in agent/config.py, waits for a restart."""
+
+    cfg: configmod.Config
+    paths: Paths
+    instance: Optional[InstanceInfo] = None
+    profile: BandwidthProfile = field(default_factory=BandwidthProfile)
+    interfaces: list[str] = field(default_factory=list)
+    sampler: Optional[Sampler] = None
+    credits: Optional[CreditTracker] = None
+    ethtool: Optional[EthtoolCollector] = None
+    checks: Optional[CheckRunner] = None
+    responder: Optional[Any] = None
+    probes: Optional[Any] = None
+    cloudwatch: Optional[Any] = None
+    services: list[Service] = field(default_factory=list)
+    views: list[Any] = field(default_factory=list)
+    shutdown_hooks: list[Callable[[], None]] = field(default_factory=list)
+    sections: dict[str, Callable[[Any], None]] = field(default_factory=dict)
+
+    # -- the pieces ------------------------------------------------------------------------------
+    def latest(self) -> Optional[Snapshot]:
+        return self.sampler.latest if self.sampler is not None else None
+
+    def latest_credits(self) -> Optional[dict[str, Any]]:
+        snap = self.latest()
+        return snap.credits if snap is not None else None
+
+    def vpc_cidrs(self) -> list[str]:
+        return list(self.instance.vpc_cidrs) if self.instance is not None else []
+
+    def discovered_interfaces(self) -> list[str]:
+        if self.instance is not None and self.instance.interfaces:
+            return list(self.instance.interfaces)  # the ENIs IMDS listed, matched to interfaces by MAC
+        from agent.readers.routes import default_route_interfaces
+
+        return default_route_interfaces(self.paths.procfs)
+
+    def responder_busy(self) -> bool:
+        return self.responder is not None and bool(self.responder.stats.snapshot().busy)
+
+    def probing(self) -> bool:
+        return self.probes is not None and bool(self.probes.snapshot().running)
+
+    def probe_results(self) -> list[Any]:
+        return list(self.probes.snapshot().results.values()) if self.probes is not None else []
+
+    # -- reload ----------------------------------------------------------------------------------
+    def apply(self, new: configmod.Config) -> None:
+        """Apply a reloaded config: each changed key goes to its handler; restart-only keys are named."""
+        old, self.cfg = self.cfg, new
+        for key in configmod.restart_keys_changed(old, new):
+            log.warning("%s changed; it takes effect at the next restart", key)
+        for key in (f.name for f in dataclasses.fields(configmod.Config)):
+            if getattr(old, key) != getattr(new, key) and key in self.sections:
+                self.sections[key](getattr(new, key))
+
+
+def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
+          reload_state: Optional[ReloadState] = None) -> Agent:
+    """Discover the instance and build the sampling pipeline, the services and their views."""
+    a = Agent(cfg, paths)
+    a.instance = discover(cfg, sysfs=paths.sysfs, isolate_api=True)
+    a.profile = a.instance.profile
+    a.interfaces = resolve_interfaces(cfg, a.discovered_interfaces)
+
+    def interfaces() -> list[str]:
+        return a.interfaces
+
+    # The sampling pipeline: netdev -> ethtool -> shaping -> credits, in Sampler.step's one order.
+    reader = IoctlEthtoolReader()
+    a.shutdown_hooks.append(reader.close)
+    a.ethtool = EthtoolCollector(interfaces, reader, include=cfg.metrics.ethtool_include)
+    c = cfg.credits
+    shaping = ShapingCollector(c.shaping_source, interfaces, c.tc_in_interface, c.tc_out_interface)
+    a.credits = CreditTracker(a.profile, cfg.state_dir, c, paths.procfs)
+    a.shutdown_hooks.append(a.credits.save)
+    a.sampler = Sampler(NetdevCollector(interfaces, paths.procfs, paths.sysfs), cfg.effective_rate_window,
+                        ethtool=a.ethtool, shaping=shaping, credits=a.credits)
+
+    a.checks = CheckRunner(executor=subprocess_executor(config_path))
+    a.services.append(a.checks)
+    if cfg.responder.enabled:
+        _responder(a)
+    if cfg.probe.peers or cfg.probe.discover_tag:
+        _probes(a)
+    credits = a.credits
+    a.views = [BuildInfoView(), SamplerView(a.latest), *([reload_state] if reload_state else []),
+               InstanceView(lambda: a.instance),
+               CreditView(a.latest, lambda: shaping.source, lambda: credits.restore_note),
+               EnaView(lambda: a.latest().ethtool if a.latest() is not None else None),  # type: ignore[union-attr]
+               CheckView(lambda: a.checks.state if a.checks is not None and a.checks.state.runs else None),
+               *a.views]
+    if cfg.cloudwatch.enabled:
+        a.cloudwatch = _cloudwatch(a)
+        a.views.append(a.cloudwatch.view)
+        # Added last so it is stopped first and gets most of the shutdown budget to flush.
+        a.services.append(a.cloudwatch)
+    a.sections = _reload_handlers(a)
+    return a
+
+
+def _reload_handlers(a: Agent) -> dict[str, Callable[[Any], None]]:
+    def interfaces(_value: Any) -> None:
+        a.interfaces = resolve_interfaces(a.cfg, a.discovered_interfaces)
+
+    def log_level(value: str) -> None:
+        logging.getLogger().setLevel(value.upper())
+
+    def rate_window(_value: Any) -> None:
+        assert a.sampler is not None
+        a.sampler.tracker.rate_window = a.cfg.effective_rate_window
+
+    def metrics(section: configmod.MetricsConfig) -> None:
+        assert a.ethtool is not None
+        a.ethtool.include = frozenset(section.ethtool_include)
+
+    def instance(_section: configmod.InstanceConfig) -> None:
+        if a.instance is None or a.credits is None:
+            return
+        a.profile = profile_for(a.cfg, a.instance)
+        a.instance = dataclasses.replace(a.instance, profile=a.profile)
+        a.credits.set_profile(a.profile)
+
+    handlers: dict[str, Callable[[Any], None]] = {
+        "interfaces": interfaces, "log_level": log_level, "rate_window": rate_window,
+        "sample_interval": rate_window, "metrics": metrics, "instance": instance,
+    }
+    if a.credits is not None:
+        handlers["credits"] = a.credits.reconfigure
+    if a.responder is not None:
+        from agent.responder.server import resolve_allow
+
+        responder = a.responder
+        handlers["responder"] = lambda section: responder.reconfigure(section, resolve_allow(section.allow,
+                                                                                            a.vpc_cidrs))
+    if a.probes is not None:
+        probes = a.probes
+
+        def probe(p: configmod.ProbeConfig) -> None:
+            probes.reconfigure(peers=p.peers, interval=p.interval, peers_per_round=p.peers_per_round,
+                               duration=p.duration, streams=p.streams, credit_floor=p.credit_floor,
+                               hourly_budget_bytes=p.hourly_budget_bytes, directions=p.directions,
+                               default_port=configmod.split_hostport(a.cfg.responder.listen)[1])
+
+        handlers["probe"] = probe
+    else:
+        def probe_later(p: configmod.ProbeConfig) -> None:
+            if p.peers or p.discover_tag:
+                log.warning("[probe] now names peers; probing starts at the next restart")
+
+        handlers["probe"] = probe_later
+    return handlers
+
+
+def _responder(a: Agent) -> None:
+    from agent.exporters.responder import ResponderView
+    from agent.responder.server import Responder, resolve_allow
+
+    a.responder = Responder(a.cfg.responder, resolve_allow(a.cfg.responder.allow, a.vpc_cidrs))
+    # A test served while this host runs its own probe would measure the two competing.
+    a.responder.external_busy = a.probing
+    a.services.append(a.responder)
+    a.views.append(ResponderView(a.responder.stats.snapshot))
+
+
+def _probes(a: Agent) -> None:
+    """The probe scheduler (docs/probe-scheduling.md). Imports boto3 only when discovery or the archive
+    is on, and then only when first used."""
+    from agent.exporters.probes import ProbesView
+    from agent.probes.service import build_probe_service
+
+    p, info = a.cfg.probe, a.instance
+    ident = info.identity if info is not None else None
+    enis = info.enis if info is not None else []
+    a.probes = build_probe_service(
+        peers=p.peers, interval=p.interval, peers_per_round=p.peers_per_round, duration=p.duration,
+        streams=p.streams, credit_floor=p.credit_floor, hourly_budget_bytes=p.hourly_budget_bytes,
+        directions=p.directions, credits=a.latest_credits, profile=lambda: a.profile,
+        # A probe while the responder serves a test would measure the two tests competing.
+        busy=a.responder_busy,
+        default_port=configmod.split_hostport(a.cfg.responder.listen)[1],
+        discover_tag=p.discover_tag, discover_interval=p.discover_interval,
+        discover_endpoint_url=p.discover_endpoint_url,
+        vpc_id=enis[0].vpc_id if enis else None,
+        region=ident.region if ident is not None else None,
+        instance_id=ident.instance_id if ident is not None else None,
+        instance_type=a.profile.instance_type,
+        self_ips=[ip for e in enis for ip in e.local_ipv4s],
+        archive_bucket=p.archive.bucket if p.archive.enabled else None,
+        archive_prefix=p.archive.prefix, archive_region=p.archive.region,
+        archive_endpoint_url=p.archive.endpoint_url, archive_backlog=p.archive.backlog)
+    a.services.append(a.probes)
+    a.views.append(ProbesView(a.probes.snapshot))
+
+
+def _cloudwatch(a: Agent) -> Any:
+    """The CloudWatch publisher (imports boto3: only when [cloudwatch] enabled = true)."""
+    from agent.cloudwatch.publisher import CloudWatchPublisher, autoscaling_group_name
+    from agent.readers import aws
+    from agent.readers.imds import ImdsClient
+
+    cw, ident = a.cfg.cloudwatch, (a.instance.identity if a.instance else None)
+    iid = ident.instance_id if ident else None
+    region = cw.region or (ident.region if ident else None)
+    imds_get = None
+    if a.cfg.imds.enabled and ident is not None:
+        im = a.cfg.imds
+        imds_get = ImdsClient(im.endpoint, timeout=im.timeout, retries=im.retries,
+                              allow_imdsv1=im.allow_imdsv1).get
+    ec2_url = a.cfg.instance.ec2_endpoint_url
+    checks = a.checks
+    return CloudWatchPublisher(
+        cw, region=region, instance_id=iid,
+        instance_type=a.instance.instance_type if a.instance else a.cfg.instance.type,
+        autoscaling_group=(lambda: autoscaling_group_name(
+            iid, imds_get, lambda: aws.client("ec2", region, ec2_url))) if iid else None,
+        checks=(lambda: checks.state.verdicts) if checks is not None else None,
+        probes=a.probe_results, flush_interval=cw.flush_interval)
