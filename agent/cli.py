@@ -13,7 +13,7 @@ from agent import config as configmod
 log = logging.getLogger("agent")
 
 EXIT_OK, EXIT_WARN, EXIT_FAIL = 0, 1, 2
-EXIT_USAGE = 2  # usage and config errors (contract.md)
+EXIT_USAGE = 2  # usage and config errors (docs/operations.md, "Troubleshooting"; docs/configuration.md)
 
 
 def _setup_logging(level: str) -> None:

@@ -9,7 +9,7 @@ from typing import Optional
 
 from agent import config as configmod
 from agent.isolate import ChildFailed, call_in_child
-from agent.models.catalogue import TypeEntry, catalogue_source, load_catalogue
+from agent.models.catalogue import TypeEntry, catalogue_source, entry_from_describe, load_catalogue
 from agent.models.profile import BandwidthProfile, resolve_profile
 from agent.readers import ec2api
 from agent.readers.imds import (
@@ -173,9 +173,9 @@ def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
                 res = ec2api.ApiLookup(None, "error", str(exc))
         else:
             res = lookup()
-        api_entry = res.entry
+        api_entry = entry_from_describe(res.info) if res.info is not None else None
         sources["api"], sources["api_detail"] = res.status, res.detail
-        if res.entry is None:
+        if api_entry is None:
             log.info("instance_type=%s: DescribeInstanceTypes %s (%s); using the bundled catalogue",
                      instance_type, res.status, res.detail)
     else:

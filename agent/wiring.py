@@ -141,7 +141,7 @@ def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
     a.sampler = Sampler(NetdevCollector(interfaces, paths.procfs, paths.sysfs), cfg.effective_rate_window,
                         ethtool=a.ethtool, shaping=shaping, credits=a.credits)
 
-    a.checks = CheckRunner(executor=subprocess_executor(config_path))
+    a.checks = CheckRunner(subprocess_executor(config_path))
     a.services.append(a.checks)
     if cfg.responder.enabled:
         _responder(a)
@@ -155,8 +155,10 @@ def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
                CheckView(lambda: a.checks.state if a.checks is not None and a.checks.state.runs else None),
                *a.views]
     if cfg.cloudwatch.enabled:
+        from agent.exporters.cloudwatch import CloudWatchView
+
         a.cloudwatch = _cloudwatch(a)
-        a.views.append(a.cloudwatch.view)
+        a.views.append(CloudWatchView(a.cloudwatch.stats))
         # Added last so it is stopped first and gets most of the shutdown budget to flush.
         a.services.append(a.cloudwatch)
     a.sections = _reload_handlers(a)
@@ -201,10 +203,7 @@ def _reload_handlers(a: Agent) -> dict[str, Callable[[Any], None]]:
         probes = a.probes
 
         def probe(p: configmod.ProbeConfig) -> None:
-            probes.reconfigure(peers=p.peers, interval=p.interval, peers_per_round=p.peers_per_round,
-                               duration=p.duration, streams=p.streams, credit_floor=p.credit_floor,
-                               hourly_budget_bytes=p.hourly_budget_bytes, directions=p.directions,
-                               default_port=configmod.split_hostport(a.cfg.responder.listen)[1])
+            probes.reconfigure(p, responder_port=configmod.split_hostport(a.cfg.responder.listen)[1])
 
         handlers["probe"] = probe
     else:
@@ -233,34 +232,19 @@ def _probes(a: Agent) -> None:
     from agent.exporters.probes import ProbesView
     from agent.probes.service import build_probe_service
 
-    p, info = a.cfg.probe, a.instance
-    ident = info.identity if info is not None else None
-    enis = info.enis if info is not None else []
-    a.probes = build_probe_service(
-        peers=p.peers, interval=p.interval, peers_per_round=p.peers_per_round, duration=p.duration,
-        streams=p.streams, credit_floor=p.credit_floor, hourly_budget_bytes=p.hourly_budget_bytes,
-        directions=p.directions, credits=a.latest_credits, profile=lambda: a.profile,
-        # A probe while the responder serves a test would measure the two tests competing.
-        busy=a.responder_busy,
-        default_port=configmod.split_hostport(a.cfg.responder.listen)[1],
-        discover_tag=p.discover_tag, discover_interval=p.discover_interval,
-        discover_endpoint_url=p.discover_endpoint_url,
-        vpc_id=enis[0].vpc_id if enis else None,
-        region=ident.region if ident is not None else None,
-        instance_id=ident.instance_id if ident is not None else None,
-        instance_type=a.profile.instance_type,
-        self_ips=[ip for e in enis for ip in e.local_ipv4s],
-        archive_bucket=p.archive.bucket if p.archive.enabled else None,
-        archive_prefix=p.archive.prefix, archive_region=p.archive.region,
-        archive_endpoint_url=p.archive.endpoint_url, archive_backlog=p.archive.backlog)
+    a.probes = build_probe_service(a.cfg.probe, responder_port=configmod.split_hostport(a.cfg.responder.listen)[1],
+                                   credits=a.latest_credits, profile=lambda: a.profile,
+                                   # A probe while the responder serves a test would measure the two competing.
+                                   busy=a.responder_busy, instance=a.instance)
     a.services.append(a.probes)
     a.views.append(ProbesView(a.probes.snapshot))
 
 
 def _cloudwatch(a: Agent) -> Any:
     """The CloudWatch publisher (imports boto3: only when [cloudwatch] enabled = true)."""
-    from agent.cloudwatch.publisher import CloudWatchPublisher, autoscaling_group_name
+    from agent.cloudwatch.publisher import CloudWatchPublisher
     from agent.readers import aws
+    from agent.readers.autoscaling import autoscaling_group_name
     from agent.readers.imds import ImdsClient
 
     cw, ident = a.cfg.cloudwatch, (a.instance.identity if a.instance else None)
@@ -274,9 +258,9 @@ def _cloudwatch(a: Agent) -> Any:
     ec2_url = a.cfg.instance.ec2_endpoint_url
     checks = a.checks
     return CloudWatchPublisher(
-        cw, region=region, instance_id=iid,
+        cw, region=ident.region if ident else None, instance_id=iid,
         instance_type=a.instance.instance_type if a.instance else a.cfg.instance.type,
         autoscaling_group=(lambda: autoscaling_group_name(
             iid, imds_get, lambda: aws.client("ec2", region, ec2_url))) if iid else None,
         checks=(lambda: checks.state.verdicts) if checks is not None else None,
-        probes=a.probe_results, flush_interval=cw.flush_interval)
+        probes=a.probe_results)

@@ -9,7 +9,7 @@ from agent.models.ena import ena_features
 
 NAME = "mtu"
 
-# AWS "Network maximum transmission unit (MTU) for your EC2 instance" (ec2-network-facts.md: MTU):
+# AWS "Network maximum transmission unit (MTU) for your EC2 instance" (docs/ec2-network-facts.md, "MTU"):
 VPC_JUMBO = 9001        # every current-generation type, inside a VPC
 ENA_EXPRESS_MTU = 8900  # with ENA Express and jumbo frames, AWS says set 8900
 ETHERNET = 1500         # internet gateway, VPN, inter-region (except through a transit gateway)

@@ -10,22 +10,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
-from agent import config as configmod
-from agent.checks import CHECKS, is_slow, run_check
-from agent.checks.context import CheckContext, CounterSample, build_context
+from agent.checks import CHECKS
 from agent.models.checks import Verdict, worst
-from agent.readers.ethtool import EthtoolReader
 
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 300.0        # seconds between runs of the quick checks (a few ioctls and netlink reads)
 DEFAULT_SLOW_INTERVAL = 3600.0  # path MTU: probes and waits for silence, and the kernel caches PMTU 10 min
-
-# (counters from the previous run, or None at start-up) -> a fresh context
-ContextFactory = Callable[[Optional[dict[str, CounterSample]]], CheckContext]
-
 
 @dataclass(frozen=True)
 class CheckState:
@@ -38,20 +31,6 @@ class CheckState:
 
     def by_check(self, name: str) -> list[Verdict]:
         return [v for v in self.verdicts if v.check == name]
-
-
-def daemon_context_factory(cfg: Callable[[], configmod.Config], interfaces: Callable[[], list[str]],
-                           instance: Callable[[], Any] = lambda: None,
-                           ethtool: Optional[EthtoolReader] = None) -> ContextFactory:
-    """Contexts over the real system for the daemon: its current config and interfaces, the instance
-    it discovered at start-up (an InstanceInfo or InstanceFacts; None: the config and the catalogue,
-    never a new IMDS discovery), and one shared ethtool reader. The first run reads counters twice
-    1 s apart; later runs compare with the previous run's reading ("rising" = since the last run)."""
-    def make(before: Optional[dict[str, CounterSample]]) -> CheckContext:
-        return build_context(cfg(), ethtool=ethtool, instance=instance(), discover=False,
-                             interfaces=list(interfaces()), before=before, window=0.0 if before else 1.0)
-
-    return make
 
 
 # include_slow -> every verdict of the round (the checks not run this round are absent)
@@ -87,10 +66,8 @@ class CheckRunner:
 
     name = "checks"
 
-    def __init__(self, context_factory: Optional[ContextFactory] = None, interval: float = DEFAULT_INTERVAL,
-                 slow_interval: float = DEFAULT_SLOW_INTERVAL, wall: Callable[[], float] = time.time,
-                 executor: Optional[RoundExecutor] = None) -> None:
-        self.context_factory = context_factory
+    def __init__(self, executor: RoundExecutor, interval: float = DEFAULT_INTERVAL,
+                 slow_interval: float = DEFAULT_SLOW_INTERVAL, wall: Callable[[], float] = time.time) -> None:
         self.executor = executor
         self.interval = interval
         self.slow_interval = slow_interval
@@ -98,38 +75,12 @@ class CheckRunner:
         self.state = CheckState()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._counters: Optional[dict[str, CounterSample]] = None
         self._last_slow: Optional[float] = None
 
     def run_once(self, include_slow: bool = True) -> CheckState:
-        """One round: build a context, run the checks due, publish a new CheckState."""
-        if self.executor is not None:
-            return self._publish_round(self.executor(include_slow), include_slow)
-        assert self.context_factory is not None
-        ctx = self.context_factory(self._counters)
-        self._counters = ctx.after or None
-        old = self.state
-        verdicts = {name: old.by_check(name) for name in CHECKS}
-        last_run, durations = dict(old.last_run), dict(old.durations)
-        for name in CHECKS:
-            if is_slow(name) and not include_slow:
-                continue
-            if self._stop.is_set():
-                break
-            found, seconds = run_check(name, ctx)
-            verdicts[name] = found
-            last_run[name] = self.wall()
-            durations[name] = seconds
-        if include_slow:
-            self._last_slow = time.monotonic()
-        flat = tuple(v for name in CHECKS for v in verdicts[name])
-        self.state = CheckState(flat, last_run, durations, old.runs + 1)
-        bad = [f"{v.check}/{v.interface or '-'}={v.status}" for v in flat if v.status in ("warn", "fail")]
-        log.info("checks: %s%s", worst(flat), (" (" + ", ".join(bad) + ")") if bad else "")
-        return self.state
-
-    def _publish_round(self, found: list[Verdict], include_slow: bool) -> CheckState:
-        """A round run elsewhere (a child process): verdicts of checks it did not run are kept."""
+        """One round, run by the executor (a child process in the daemon); the verdicts of checks it
+        did not run this round (path MTU in a quick round) are kept from earlier rounds."""
+        found = self.executor(include_slow)
         old = self.state
         ran = {v.check for v in found}
         now = self.wall()

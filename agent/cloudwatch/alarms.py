@@ -11,16 +11,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from agent import config as configmod
-from agent.cloudwatch.publisher import DIRECTIONS, autoscaling_group_name, common_dimensions
+from agent.cloudwatch.catalogue import common_dimensions
 from agent.models.cw_aggregate import Dims
+from agent.models.units import DIRECTIONS
+from agent.readers.autoscaling import ImdsGet, autoscaling_group_name
 
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 WORDS = {"in": "inbound", "out": "outbound"}
-
-ImdsGet = Callable[[str], Optional[str]]
-
 
 @dataclass(frozen=True)
 class AlarmSpec:

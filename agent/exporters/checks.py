@@ -7,13 +7,24 @@ from typing import Callable, Iterable, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from agent.checks.runner import CheckState
+from agent.exporters import NS, View
 from agent.models.checks import STATUSES
 
-NS = "burstwatch"
 
-
-class CheckView:
+class CheckView(View):
     """Renders the runner's latest CheckState; never runs a check itself."""
+
+    FAMILIES = (
+        ("burstwatch_check_status", "gauge"),
+        ("burstwatch_check_last_run_timestamp_seconds", "gauge"),
+        ("burstwatch_check_duration_seconds", "gauge"),
+        ("burstwatch_check_runs", "counter"),
+        ("burstwatch_interface_mtu_bytes", "gauge"),
+        ("burstwatch_path_mtu_bytes", "gauge"),
+        ("burstwatch_path_mtu_black_hole", "gauge"),
+        ("burstwatch_interface_queues", "gauge"),
+        ("burstwatch_interface_ring_entries", "gauge"),
+    )
 
     def __init__(self, state: Callable[[], Optional[CheckState]]) -> None:
         self._state = state

@@ -6,6 +6,7 @@ from typing import Callable, Iterable, Mapping, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from agent.exporters import NS, View
 from agent.models.ena import (
     ALLOWANCE_STATS,
     CONNTRACK_AVAILABLE,
@@ -16,7 +17,6 @@ from agent.models.ena import (
 )
 from agent.sampling.ethtool import InterfaceEthtool
 
-NS = "burstwatch"
 # ena_srd_* counters -> metric names (packets, so `_packets_total`)
 SRD_COUNTERS = {
     "ena_srd_tx_pkts": ("ena_srd_tx_packets", "Packets sent over ENA Express (SRD)."),
@@ -33,8 +33,22 @@ def in_tree_label(driver: str, version: str) -> str:
     return "true" if kind == "in-tree" else "false" if kind == "out-of-tree" else "unknown"
 
 
-class EnaView:
+class EnaView(View):
     """Renders the ethtool collector's latest reading (interface -> InterfaceEthtool); no I/O."""
+
+    FAMILIES = (
+        ("burstwatch_ena_allowance_exceeded", "counter"),
+        ("burstwatch_ena_conntrack_allowance_available", "gauge"),
+        ("burstwatch_ena_srd_mode", "gauge"),
+        ("burstwatch_ena_srd_enabled", "gauge"),
+        ("burstwatch_ena_srd_resource_utilization_ratio", "gauge"),
+        ("burstwatch_ena_srd_tx_packets", "counter"),
+        ("burstwatch_ena_srd_eligible_tx_packets", "counter"),
+        ("burstwatch_ena_srd_rx_packets", "counter"),
+        ("burstwatch_ena_stat_resets", "counter"),
+        ("burstwatch_driver_info", "gauge"),
+        ("burstwatch_ethtool_stat", "gauge"),
+    )
 
     def __init__(self, readings: Callable[[], Optional[Mapping[str, InterfaceEthtool]]]) -> None:
         self._readings = readings

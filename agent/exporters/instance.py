@@ -6,15 +6,28 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
+from agent.exporters import NS, View
+from agent.models.units import DIRECTIONS
+
 if TYPE_CHECKING:
     from agent.discovery import InstanceInfo
 
-NS = "burstwatch"
-DIRECTIONS = ("in", "out")  # AWS: up to N in and, at the same time, up to N out
 
-
-class InstanceView:
+class InstanceView(View):
     """Renders the InstanceInfo that discovery computed; no I/O at scrape time."""
+
+    FAMILIES = (
+        ("burstwatch_instance", "info"),
+        ("burstwatch_instance_discovery", "info"),
+        ("burstwatch_instance_discovery_duration_seconds", "gauge"),
+        ("burstwatch_bandwidth_baseline_bytes_per_second", "gauge"),
+        ("burstwatch_bandwidth_peak_bytes_per_second", "gauge"),
+        ("burstwatch_bandwidth_burstable", "gauge"),
+        ("burstwatch_network_card_baseline_bytes_per_second", "gauge"),
+        ("burstwatch_network_card_peak_bytes_per_second", "gauge"),
+        ("burstwatch_imds_requests", "counter"),
+        ("burstwatch_imds_up", "gauge"),
+    )
 
     def __init__(self, get_info: Callable[[], Optional[InstanceInfo]]) -> None:
         self._get_info = get_info

@@ -10,7 +10,7 @@ STATUSES = (OK, WARN, FAIL, SKIP)
 # Severity order for "the worst verdict"; skip ranks below ok: a check that could not run hides nothing.
 SEVERITY = {SKIP: -1, OK: 0, WARN: 1, FAIL: 2}
 
-# contract.md: `burstwatch check` exits 0 all ok, 1 warnings only, 2 failures.
+# docs/checks.md ("Exit codes"): `burstwatch check` exits 0 all ok, 1 warnings only, 2 failures.
 EXIT_OK, EXIT_WARN, EXIT_FAIL = 0, 1, 2
 
 

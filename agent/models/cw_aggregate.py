@@ -185,26 +185,6 @@ class PeriodAggregator:
         return out
 
 
-class CounterIncrease:
-    """Increase of cumulative counters between samples; a decrease is a reset (driver reset, qdisc
-    replaced) and counts the new value as the increase since the reset (psutil's _wrap_numbers idea)."""
-
-    def __init__(self) -> None:
-        self._last: dict[Any, int] = {}
-        self.resets = 0
-
-    def update(self, key: Any, value: int) -> Optional[int]:
-        """None for the first reading of a key (it only sets the baseline)."""
-        prev = self._last.get(key)
-        self._last[key] = value
-        if prev is None:
-            return None
-        if value < prev:
-            self.resets += 1
-            return value
-        return value - prev
-
-
 @dataclass
 class BatchLimits:
     """How big one PutMetricData call may be; shrinks when an endpoint says it takes less."""

@@ -49,7 +49,7 @@ class EnaFeatures:
 
 def ena_features(stats: dict[str, int]) -> EnaFeatures:
     """Features from the statistic names present, never from the version string
-    (docs/ec2-network-facts.md)."""
+    (docs/ec2-network-facts.md, "ENA allowance counters")."""
     return EnaFeatures(allowance=tuple(k for k, n in ALLOWANCE_STATS.items() if n in stats),
                        conntrack_available=CONNTRACK_AVAILABLE in stats,
                        ena_express_stats=any(n in stats for n in ENA_EXPRESS_STATS),
@@ -57,7 +57,7 @@ def ena_features(stats: dict[str, int]) -> EnaFeatures:
 
 
 # ENA driver milestones (amzn-drivers RELEASENOTES.md, ENA_Linux_Best_Practices.rst,
-# docs/ec2-network-facts.md): what each version brought that matters to burstwatch.
+# docs/ec2-network-facts.md, "ENA driver versions"): what each version brought that matters to burstwatch.
 V_MIN_RECOMMENDED = (1, 5, 0)      # the old minimum recommended version
 V_ENAV3 = (2, 2, 9)                # ENAv3 devices (most 6th-generation types): older drivers lose performance
 V_ALLOWANCE = (2, 2, 10)         # "Add new device statistics to ethtool": the allowance counters

@@ -16,7 +16,7 @@ SOURCES = ("config", "learned", "api", "catalogue", "default", "none")
 
 # AWS publishes no bucket size. Seed 000 measured r4 buckets of 2700 / 5145 / 8925 / 11950 Gbit against
 # baselines of 0.75 / 1.25 / 2.5 / 5 Gbit/s: 3600, 4116, 3570 and 2390 s of baseline
-# (ec2-network-facts.md, "Bandwidth and burst credits"). One hour of baseline is the default estimate
+# (docs/ec2-network-facts.md, "Measured bucket sizes"). One hour of baseline is the default estimate
 # until the credit model learns the real size from an exhaustion.
 DEFAULT_BUCKET_SECONDS = 3600.0
 

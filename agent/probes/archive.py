@@ -1,4 +1,4 @@
-"""Archive each probe's iperf3 JSON to S3, gzipped and partitioned by day for Athena (seed 001's layout)."""
+"""Archive each probe's iperf3 JSON to S3, gzipped and partitioned by day for Athena ([seed-001]'s layout)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def object_key(prefix: str, instance_type: str, timestamp: float, instance_id: O
     With `instance_id` the name becomes `<instance-type>-<unix-ts>-<instance-id>.json.gz`: seed 001 ran
     one instance per type, but in a fleet many instances of one type finish probes in the same second
     (1000 instances x 8 probes an hour is two a second) and would overwrite each other's objects. The
-    Athena table reads every object under the partition, so the query is the same either way."""
+    Athena table reads every object under the partition, so the query is the same either way. ([seed-001]
+    is in docs/ec2-network-facts.md, "Sources".)"""
     ts = int(timestamp)
     day = datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc).strftime("%Y-%m-%d")
     if prefix and not prefix.endswith("/"):
@@ -198,7 +199,8 @@ class S3Archive:
                 self._client = self._factory()
             self._client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/gzip")
         except Exception as exc:  # botocore raises many kinds; every one means "try again later"
-            log.warning("probe archive upload failed: bucket=%s key=%s: %s", self.bucket, key, exc)
+            log.warning("probe archive upload failed (%s error): bucket=%s key=%s: %s", aws.classify(exc).kind,
+                        self.bucket, key, exc)
             return False
         log.debug("probe archived: s3://%s/%s (%d bytes)", self.bucket, key, len(body))
         return True

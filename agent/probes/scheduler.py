@@ -8,14 +8,22 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
+
+from agent.models.probe_cost import below_floor, credit_state, crosses_floor, expected_test_bytes, over_budget
+from agent.models.units import DIRECTIONS
+
+if TYPE_CHECKING:
+    from agent.config import ProbeConfig
 
 log = logging.getLogger(__name__)
 
 # "out": we send, iperf3's forward mode; it drains our outbound bucket (and the peer's inbound one).
 # "in": the peer sends, iperf3 --reverse; it drains our inbound bucket (and the peer's outbound one).
-# AWS keeps separate buckets per direction (ec2-network-facts.md), so each direction is gated alone.
-DIRECTIONS = ("out", "in")
+# AWS keeps separate buckets per direction (docs/ec2-network-facts.md), so each direction is gated alone.
+# The order a peer's probes run in by default (ours first): the directions themselves are
+# agent.models.units.DIRECTIONS, which keys every per-direction figure.
+PROBE_ORDER = ("out", "in")
 
 # Why a due probe did not start. Each counts one probe (one peer, one direction), except no_peers,
 # which counts a round that had nobody to probe. docs/probe-scheduling.md explains each.
@@ -87,25 +95,9 @@ class ProbePlan:
 CreditSource = Callable[[], Optional[Mapping[str, Any]]]
 
 
-def credit_state(raw: Optional[Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
-    """Normalise a credit reading to direction -> (remaining, bucket), keeping only directions that
-    have a bucket; with several network cards, a direction's lowest ratio wins (the first to run dry)."""
-    out: dict[str, tuple[float, float]] = {}
-    for key, value in (raw or {}).items():
-        if value is None:
-            continue
-        if isinstance(value, (tuple, list)):
-            direction, (remaining, bucket) = str(key), value
-        else:
-            direction = str(getattr(value, "direction", key))
-            remaining, bucket = getattr(value, "remaining_bytes", None), getattr(value, "bucket_bytes", None)
-        if remaining is None or bucket is None or not bucket > 0 or math.isinf(bucket):
-            continue
-        pair = (max(0.0, float(remaining)), float(bucket))
-        old = out.get(direction)
-        if old is None or pair[0] / pair[1] < old[0] / old[1]:
-            out[direction] = pair
-    return out
+def _check_directions(directions: Sequence[str]) -> None:
+    if not directions or any(d not in DIRECTIONS for d in directions):
+        raise ValueError(f"directions must be drawn from {DIRECTIONS}")
 
 
 @dataclass
@@ -134,12 +126,11 @@ class Scheduler:
                  peak_bytes_per_second: Callable[[], Optional[float]] = lambda: None,
                  busy: Callable[[], bool] = lambda: False,
                  clock: Callable[[], float] = time.monotonic, rng: Optional[random.Random] = None,
-                 directions: Sequence[str] = DIRECTIONS, jitter: float = DEFAULT_JITTER,
+                 directions: Sequence[str] = PROBE_ORDER, jitter: float = DEFAULT_JITTER,
                  gap: float = DEFAULT_GAP) -> None:
         if interval <= 0 or peers_per_round < 1 or duration <= 0 or not 0 <= jitter < 1:
             raise ValueError("interval and duration must be positive, peers_per_round >= 1, 0 <= jitter < 1")
-        if not directions or any(d not in DIRECTIONS for d in directions):
-            raise ValueError(f"directions must be drawn from {DIRECTIONS}")
+        _check_directions(directions)
         self.interval = interval
         self.peers_per_round = peers_per_round
         self.duration = duration
@@ -165,6 +156,25 @@ class Scheduler:
         self.bytes_total = dict.fromkeys(DIRECTIONS, 0.0)
         self.rounds = 0
         self.next_round = self.clock() + self.rng.uniform(0.0, interval)
+
+    @classmethod
+    def from_config(cls, cfg: ProbeConfig, **kw: Any) -> Scheduler:
+        """The schedule of a [probe] section; `kw` are the rest of __init__'s arguments (the credit, peak
+        and busy callables; clock, rng, jitter and gap for tests)."""
+        return cls(interval=cfg.interval, peers_per_round=cfg.peers_per_round, duration=cfg.duration,
+                   streams=cfg.streams, credit_floor=cfg.credit_floor,
+                   hourly_budget_bytes=cfg.hourly_budget_bytes, directions=cfg.directions, **kw)
+
+    def reconfigure(self, cfg: ProbeConfig) -> None:
+        """Take a reloaded [probe] section's schedule. Peer history, the budget window and the counters carry
+        over; a shorter interval takes effect at once (the next round moves to a random point of the new
+        interval when that is sooner). ValueError, with nothing changed, when the directions are bad."""
+        _check_directions(cfg.directions)
+        if cfg.interval != self.interval:
+            self.next_round = min(self.next_round, self.clock() + self.rng.uniform(0.0, cfg.interval))
+        self.interval, self.peers_per_round, self.duration = cfg.interval, cfg.peers_per_round, cfg.duration
+        self.streams, self.credit_floor = cfg.streams, cfg.credit_floor
+        self.hourly_budget_bytes, self.directions = cfg.hourly_budget_bytes, tuple(cfg.directions)
 
     # -- peers -------------------------------------------------------------------------------------------
     def set_peers(self, peers: Iterable[Peer]) -> None:
@@ -195,9 +205,9 @@ class Scheduler:
         """What one probe is expected to move: duration x the profile's peak (what the shaper allows with
         credits; refill at the baseline is ignored, so the estimate errs on the safe side). Without a
         peak, the largest probe seen so far in that direction; None before any."""
-        peak = self._peak()
-        if peak is not None and peak > 0:
-            return self.duration * peak
+        expected = expected_test_bytes(self.duration, self._peak())
+        if expected is not None:
+            return expected
         largest = self._largest.get(direction, 0.0)
         return largest if largest > 0 else None
 
@@ -313,15 +323,14 @@ class Scheduler:
     def _gate(self, direction: str) -> Optional[str]:
         credits = self.credits_now()
         for remaining, bucket in credits.values():
-            if remaining / bucket < self.credit_floor:
+            if below_floor(remaining, bucket, self.credit_floor):
                 return "credit_floor"
         expected = self.expected_bytes(direction)
         if expected is not None and direction in credits:
             remaining, bucket = credits[direction]
-            if (remaining - expected) / bucket < self.credit_floor or remaining < expected:
+            if crosses_floor(remaining, bucket, expected, self.credit_floor):
                 return "would_cross_floor"
-        used = self.budget_used()
-        if used + (expected or 0.0) > self.hourly_budget_bytes or used >= self.hourly_budget_bytes:
+        if over_budget(self.budget_used(), expected, self.hourly_budget_bytes):
             return "budget"
         if self._busy():
             return "busy"

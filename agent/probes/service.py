@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
+from agent.config import ProbeConfig
 from agent.iperf3 import ProbeError, ProbeRequest, run_probe, summarize
 from agent.models.profile import GBIT, BandwidthProfile
 from agent.probes.archive import ArchiveStats, S3Archive
-from agent.probes.scheduler import DIRECTIONS, Peer, ProbePlan, Scheduler
+from agent.probes.scheduler import DEFAULT_PORT, CreditSource, Peer, ProbePlan, Scheduler, parse_peer
+from agent.readers import aws
+
+if TYPE_CHECKING:
+    from agent.discovery import InstanceInfo
 
 log = logging.getLogger(__name__)
 
-# How often the discovered peer list is refreshed by default: instances come and go on the scale of
-# minutes, and each refresh is one DescribeInstances call per agent.
-DEFAULT_DISCOVER_INTERVAL = 300.0
 # A failed discovery is retried sooner than a good one is refreshed, but not in a tight loop.
 DISCOVER_RETRY = 60.0
 # The thread wakes at least this often (stop requests and discovery do not wait for a round).
@@ -83,7 +86,7 @@ def pair_allowance(direction: str, credits: dict[str, tuple[float, float]],
     allowance. Ours is the peak while the direction's bucket holds credit (or has no bucket) and the
     baseline once it is empty. The peer's credit is invisible from here, so its size counts at its peak;
     without its size (no discovery) our own peak stands in. Single-flow limits (5 Gbit/s per flow outside
-    a placement group, ec2-network-facts.md) are not applied: probes use several streams."""
+    a placement group, docs/ec2-network-facts.md "Flow limits") are not applied: probes use several streams."""
     ours: Optional[float] = None
     if profile is not None and profile.peak_bytes_per_second:
         ours = profile.peak_bytes_per_second
@@ -130,21 +133,25 @@ def catalogue_peak(instance_type: str) -> Optional[float]:
 class ProbeService:
     """`name="probes"`: asks the scheduler what to do, runs it with `runner` (the engine's run_probe),
     records the result per peer and direction, refreshes discovered peers, and hands successful
-    documents to the archive. A failed probe is a result with success=False, never an exception."""
+    documents to the archive. A failed probe is a result with success=False, never an exception.
+
+    `cfg` is the [probe] section: its peers (named without a port: `default_port`) and its discovery
+    interval; `scheduler` runs its schedule (Scheduler.from_config). build_probe_service() makes all three
+    from the section, as the daemon does."""
 
     name = "probes"
 
-    def __init__(self, scheduler: Scheduler, *, configured: Sequence[Peer] = (),
+    def __init__(self, cfg: ProbeConfig, scheduler: Scheduler, *, default_port: int = DEFAULT_PORT,
                  discover: Optional[Callable[[], Sequence[Peer]]] = None,
-                 discover_interval: float = DEFAULT_DISCOVER_INTERVAL,
                  runner: Runner = run_probe, connect_timeout: float = 5.0,
                  profile: Callable[[], Optional[BandwidthProfile]] = lambda: None,
                  peer_peak: Callable[[str], Optional[float]] = catalogue_peak,
                  archive: Optional[S3Archive] = None,
                  wall: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
         self.scheduler = scheduler
-        self.configured = tuple(configured)
-        self.discover_interval = discover_interval
+        self.default_port = default_port
+        self.configured = tuple(parse_peer(p, default_port) for p in cfg.peers)
         self.connect_timeout = connect_timeout
         self.archive = archive
         self._discover = discover
@@ -163,6 +170,10 @@ class ProbeService:
         self._runs: dict[tuple[str, str, str], int] = {}
         with self._lock:
             self.scheduler.set_peers(self.configured)
+
+    @property
+    def discover_interval(self) -> float:
+        return self.cfg.discover_interval
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -224,7 +235,8 @@ class ProbeService:
         try:
             found = tuple(self._discover())
         except Exception as exc:
-            log.warning("peer discovery failed, keeping %d discovered peer(s): %s", len(self._discovered), exc)
+            log.warning("peer discovery failed (%s error), keeping %d discovered peer(s): %s",
+                        aws.classify(exc).kind, len(self._discovered), exc)
             last = self._discovery.last_success_timestamp if self._discovery else 0.0
             with self._lock:
                 self._discovery = DiscoveryStatus(False, now_wall, last, len(self._discovered), str(exc))
@@ -284,23 +296,21 @@ class ProbeService:
             self.archive.submit(doc, started)
         return result
 
-    def reconfigure(self, *, peers: Sequence[str], interval: float, peers_per_round: int, duration: float,
-                    streams: int, credit_floor: float, hourly_budget_bytes: float,
-                    directions: Sequence[str] = DIRECTIONS, default_port: int = 5201) -> None:
-        """Apply a reloaded [probe] section (SIGHUP). Peer history, the budget window and the counters
-        carry over; a shorter interval takes effect at once (the next round moves to a random point of the
-        new interval when that is sooner). Discovery and archive settings need a restart."""
-        from agent.probes.scheduler import parse_peer
-
-        configured = tuple(parse_peer(p, default_port) for p in peers)
-        if any(d not in DIRECTIONS for d in directions) or not directions:
-            raise ValueError(f"directions must be drawn from {DIRECTIONS}")
+    def reconfigure(self, cfg: ProbeConfig, *, responder_port: Optional[int] = None) -> None:
+        """Apply a reloaded [probe] section (SIGHUP): peers and schedule (Scheduler.reconfigure says what
+        carries over). The keys marked `restart` in agent/config.py (discovery, the archive) keep their
+        running values, and the reload names them in its "takes effect at the next restart" warning.
+        `responder_port` (the port of peers named without one) is kept unless given. ValueError, with
+        nothing changed, on a malformed peer or bad directions."""
+        port = self.default_port if responder_port is None else responder_port
+        configured = tuple(parse_peer(p, port) for p in cfg.peers)
+        running = {f.name: getattr(self.cfg, f.name) for f in dataclasses.fields(ProbeConfig)
+                   if f.metadata.get("restart")}
         with self._lock:
             s = self.scheduler
-            if interval != s.interval:
-                s.next_round = min(s.next_round, s.clock() + s.rng.uniform(0.0, interval))
-            s.interval, s.peers_per_round, s.duration, s.streams = interval, peers_per_round, duration, streams
-            s.credit_floor, s.hourly_budget_bytes, s.directions = credit_floor, hourly_budget_bytes, tuple(directions)
+            s.reconfigure(cfg)
+            self.cfg = dataclasses.replace(cfg, **running)
+            self.default_port = port
             self.configured = configured
             s.set_peers(self.configured + self._discovered)
             keep = {p.key for p in s.peers}
@@ -330,40 +340,41 @@ def _mbit(rate: Optional[float]) -> str:
     return f"{rate * 8 / 1e6:.0f} Mbit/s" if rate else "unknown"
 
 
-def build_probe_service(*, peers: Sequence[str], interval: float, peers_per_round: int, duration: float,
-                        streams: int, credit_floor: float, hourly_budget_bytes: float,
-                        credits: Callable[[], Any], profile: Callable[[], Optional[BandwidthProfile]],
-                        busy: Callable[[], bool] = lambda: False, default_port: int = 5201,
-                        directions: Sequence[str] = DIRECTIONS,
-                        discover_tag: Optional[str] = None, discover_interval: float = DEFAULT_DISCOVER_INTERVAL,
-                        discover_endpoint_url: Optional[str] = None, vpc_id: Optional[str] = None,
-                        region: Optional[str] = None, instance_id: Optional[str] = None,
-                        instance_type: Optional[str] = None, self_ips: Sequence[str] = (),
-                        archive_bucket: Optional[str] = None, archive_prefix: str = "",
-                        archive_region: Optional[str] = None, archive_endpoint_url: Optional[str] = None,
-                        archive_backlog: int = 500, runner: Runner = run_probe) -> ProbeService:
-    """The service from plain settings (the daemon maps [probe] / [probe.archive] onto these)."""
-    from agent.probes.scheduler import parse_peer
-
+def build_probe_service(cfg: ProbeConfig, *, responder_port: int, credits: CreditSource,
+                        profile: Callable[[], Optional[BandwidthProfile]], busy: Callable[[], bool] = lambda: False,
+                        instance: Optional[InstanceInfo] = None, runner: Runner = run_probe) -> ProbeService:
+    """The service for a [probe] section. `responder_port` is the port of peers named without one (our own
+    responder's: a fleet runs one config); `credits` and `profile` return the latest credit readings and
+    bandwidth profile; `busy` says when the link is in use otherwise (the responder serving a test);
+    `instance` (discovery's) tells discovery and the archive this instance's VPC, addresses, id and region.
+    Imports boto3 only when discovery or the archive is on, and then only when first used."""
     def peak() -> Optional[float]:
         p = profile()
         return p.peak_bytes_per_second if p is not None else None
 
-    sched = Scheduler(interval=interval, peers_per_round=peers_per_round, duration=duration, streams=streams,
-                      credit_floor=credit_floor, hourly_budget_bytes=hourly_budget_bytes, credits=credits,
-                      peak_bytes_per_second=peak, busy=busy, directions=directions)
+    sched = Scheduler.from_config(cfg, credits=credits, peak_bytes_per_second=peak, busy=busy)
+    ident = instance.identity if instance is not None else None
+    enis = instance.enis if instance is not None else []
+    region = ident.region if ident is not None else None
+    instance_id = ident.instance_id if ident is not None else None
     discover: Optional[Callable[[], Sequence[Peer]]] = None
-    if discover_tag:
+    if cfg.discover_tag:
         from agent.readers import ec2_tags
 
+        tag, endpoint_url = cfg.discover_tag, cfg.discover_endpoint_url
+        vpc_id = enis[0].vpc_id if enis else None
+        self_ips = [ip for e in enis for ip in e.local_ipv4s]
+
         def discover() -> Sequence[Peer]:
-            found = ec2_tags.discover(discover_tag, vpc_id, region, discover_endpoint_url, instance_id, self_ips)
-            return [Peer(t.private_ip, default_port, t.instance_type, "discovered") for t in found]
+            found = ec2_tags.discover(tag, vpc_id, region, endpoint_url, instance_id, self_ips)
+            return [Peer(t.private_ip, responder_port, t.instance_type, "discovered") for t in found]
 
     archive = None
-    if archive_bucket:
-        archive = S3Archive(archive_bucket, prefix=archive_prefix, instance_type=instance_type,
-                            region=region, bucket_region=archive_region, instance_id=instance_id,
-                            endpoint_url=archive_endpoint_url, backlog=archive_backlog)
-    return ProbeService(sched, configured=[parse_peer(p, default_port) for p in peers], discover=discover,
-                        discover_interval=discover_interval, runner=runner, profile=profile, archive=archive)
+    a = cfg.archive
+    if a.enabled and a.bucket:
+        own = profile()
+        archive = S3Archive(a.bucket, prefix=a.prefix, instance_type=own.instance_type if own is not None else None,
+                            region=region, bucket_region=a.region, instance_id=instance_id,
+                            endpoint_url=a.endpoint_url, backlog=a.backlog)
+    return ProbeService(cfg, sched, default_port=responder_port, discover=discover, runner=runner, profile=profile,
+                        archive=archive)

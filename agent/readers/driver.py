@@ -16,7 +16,7 @@ def read_sysfs_driver(ifname: str, sysfs: str = "/sys") -> SysfsDriver:
     """The driver bound to `ifname`'s device, and the version its module declares (if any).
 
     The in-tree ENA module sets no MODULE_VERSION, so /sys/module/ena/version exists only for the
-    out-of-tree (GitHub) driver (ec2-network-facts.md: driver identity)."""
+    out-of-tree (GitHub) driver (docs/ec2-network-facts.md, "Driver identity")."""
     base = os.path.join(sysfs, "class/net", ifname)
     if not os.path.isdir(base):
         return SysfsDriver(None, None, False)

@@ -9,7 +9,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
-from agent.models.catalogue import TypeEntry, entry_from_describe
 from agent.readers import aws
 from agent.readers.statefile import JsonStore
 
@@ -19,10 +18,8 @@ CACHE_FORMAT = "burstwatch-instance-type/1"
 # An instance's type only changes across a stop/start, and AWS rarely revises a type's bandwidth:
 # a week-old answer is still good, and one call per week per instance costs nothing.
 CACHE_MAX_AGE = 7 * 86400.0
-# Error codes that mean "not allowed" (IAM) rather than "broken": the agent then uses the bundled table.
-DENIED_CODES = frozenset({"UnauthorizedOperation", "AccessDenied", "AccessDeniedException", "AuthFailure",
-                          "InvalidClientTokenId", "UnrecognizedClientException", "SignatureDoesNotMatch",
-                          "ExpiredToken", "RequestExpired"})
+# The answer to a type this region does not offer (or that does not exist).
+UNKNOWN_TYPE_CODES = frozenset({"InvalidInstanceType", "InvalidParameterValue"})
 
 ClientFactory = Callable[[str], Any]   # region -> boto3 EC2 client
 # One call at start-up, on the start-up path: two attempts with short timeouts bound a blocked endpoint
@@ -34,9 +31,11 @@ API_READ_TIMEOUT = 5.0
 
 class ApiLookup(NamedTuple):
     """What the API step produced and why: `status` is fresh, cached, stale_cache, denied, unreachable,
-    no_credentials, unknown_type or error; `entry` is None unless status is one of the first three."""
+    no_credentials, unknown_type or error; `info` (one InstanceTypeInfo as parse_describe_instance_types
+    returns it; models.catalogue.entry_from_describe reads it) is None unless status is one of the first
+    three."""
 
-    entry: Optional[TypeEntry]
+    info: Optional[dict[str, Any]]
     status: str
     detail: str
 
@@ -152,33 +151,34 @@ def parse_describe_instance_types(xml_text: str) -> list[dict[str, Any]]:
 
 # -- lookup with cache and fallbacks -----------------------------------------------------------------
 
-def _classify(exc: BaseException) -> tuple[str, str]:
-    """(status, detail) for an API failure, from botocore's exception types (imported late)."""
-    from botocore.exceptions import (
-        ClientError,
-        HTTPClientError,
-        NoCredentialsError,
-        NoRegionError,
-        PartialCredentialsError,
-    )
-    from botocore.exceptions import (
-        ConnectionError as BotoConnectionError,
-    )
+def info_problem(info: Any) -> Optional[str]:
+    """Why `info` is not an InstanceTypeInfo in parse_describe_instance_types' shape (a cache file edited or
+    written by another version), or None."""
+    if not isinstance(info, dict) or not isinstance(info.get("InstanceType"), str):
+        return "no InstanceType"
+    for key in ("VCpuInfo", "NetworkInfo"):
+        if not isinstance(info.get(key, {}), dict):
+            return f"{key} is not an object"
+    cards = info.get("NetworkInfo", {}).get("NetworkCards", [])
+    if not isinstance(cards, list) or not all(isinstance(c, dict) for c in cards):
+        return "NetworkCards is not a list of objects"
+    return None
 
-    if isinstance(exc, ClientError):
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        if code in DENIED_CODES:
-            return "denied", f"{code}: ec2:DescribeInstanceTypes not allowed for this instance's role"
-        if code in ("InvalidInstanceType", "InvalidParameterValue"):
-            return "unknown_type", f"{code}: {exc}"
-        return "error", f"{code or type(exc).__name__}: {exc}"
-    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+
+def failure_status(exc: BaseException) -> tuple[str, str]:
+    """(status, detail) for a failed DescribeInstanceTypes call, from the shared classifier."""
+    err = aws.classify(exc)
+    if err.code in UNKNOWN_TYPE_CODES:
+        return "unknown_type", f"{err.code}: {exc}"
+    if err.kind == "credentials":
+        if err.code:  # refused: the role may not call it (EC2 says UnauthorizedOperation)
+            return "denied", f"{err.code}: ec2:DescribeInstanceTypes not allowed for this instance's role"
         return "no_credentials", str(exc)
-    if isinstance(exc, NoRegionError):
-        return "error", str(exc)
-    if isinstance(exc, (BotoConnectionError, HTTPClientError)):  # refused, DNS, connect/read timeouts
+    if err.kind == "network":  # refused, DNS, connect/read timeouts
         return "unreachable", str(exc)
-    return "error", f"{type(exc).__name__}: {exc}"
+    if err.kind == "config":
+        return "error", str(exc)
+    return "error", f"{err.code or type(exc).__name__}: {exc}"
 
 
 def cache_path(state_dir: str, instance_type: str) -> Path:
@@ -188,23 +188,18 @@ def cache_path(state_dir: str, instance_type: str) -> Path:
 
 def lookup_instance_type(instance_type: str, region: str, state_dir: str, client_factory: ClientFactory,
                          max_age: float = CACHE_MAX_AGE, now: Callable[[], float] = time.time) -> ApiLookup:
-    """This type's DescribeInstanceTypes entry: a fresh cache, else the API (then cached), else a stale
-    cache; never raises. An entry is None when the caller should use the bundled catalogue."""
+    """This type's DescribeInstanceTypes InstanceTypeInfo: a fresh cache, else the API (then cached), else a
+    stale cache; never raises. `info` is None when the caller should use the bundled catalogue."""
     store = JsonStore(cache_path(state_dir, instance_type), CACHE_FORMAT)
     cached: Optional[dict[str, Any]] = None
     try:
-        cached = store.load(lambda d: None if d.get("instance_type") == instance_type
-                            and isinstance(d.get("info"), dict) else "not this type's entry")
+        cached = store.load(lambda d: info_problem(d.get("info")) if d.get("instance_type") == instance_type
+                            else "not this type's entry")
     except Exception as exc:  # an unreadable cache is only a missed shortcut
         log.warning("instance type cache for %s unreadable: %s", instance_type, exc)
     age = now() - float(cached.get("fetched", 0)) if cached else None
     if cached and age is not None and 0 <= age < max_age:
-        try:
-            return ApiLookup(entry_from_describe(cached["info"]), "cached",
-                             f"DescribeInstanceTypes answer cached {age / 3600:.1f} h ago")
-        except (KeyError, TypeError, ValueError) as exc:
-            log.warning("instance type cache for %s unusable: %s", instance_type, exc)
-            cached = None
+        return ApiLookup(cached["info"], "cached", f"DescribeInstanceTypes answer cached {age / 3600:.1f} h ago")
 
     try:
         client = client_factory(region)
@@ -212,19 +207,15 @@ def lookup_instance_type(instance_type: str, region: str, state_dir: str, client
         info = next((i for i in infos if i.get("InstanceType") == instance_type), None)
         if info is None:
             raise LookupError(f"DescribeInstanceTypes has no {instance_type}")
-        entry = entry_from_describe(info)
     except Exception as exc:
-        status, detail = ("unknown_type", str(exc)) if isinstance(exc, LookupError) else _classify(exc)
+        status, detail = ("unknown_type", str(exc)) if isinstance(exc, LookupError) else failure_status(exc)
         if cached:
-            try:
-                return ApiLookup(entry_from_describe(cached["info"]), "stale_cache",
-                                 f"{status}: {detail}; using the answer cached {(age or 0) / 3600:.1f} h ago")
-            except (KeyError, TypeError, ValueError):
-                pass
+            return ApiLookup(cached["info"], "stale_cache",
+                             f"{status}: {detail}; using the answer cached {(age or 0) / 3600:.1f} h ago")
         return ApiLookup(None, status, detail)
 
     try:
         store.save({"instance_type": instance_type, "region": region, "fetched": now(), "info": info})
     except OSError as exc:
         log.warning("cannot cache DescribeInstanceTypes for %s under %s: %s", instance_type, state_dir, exc)
-    return ApiLookup(entry, "fresh", f"DescribeInstanceTypes in {region}")
+    return ApiLookup(info, "fresh", f"DescribeInstanceTypes in {region}")

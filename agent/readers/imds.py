@@ -12,7 +12,7 @@ from typing import Callable, Mapping, NamedTuple, Optional
 
 log = logging.getLogger(__name__)
 
-# ec2-network-facts.md (Instance metadata): TTL 1..21600 s; 401 = invalid/expired token; 403 = disabled.
+# docs/ec2-network-facts.md, "Instance metadata": TTL 1..21600 s; 401 = invalid/expired token; 403 = disabled.
 TOKEN_PATH = "/latest/api/token"
 TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 TOKEN_HEADER = "X-aws-ec2-metadata-token"

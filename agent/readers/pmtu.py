@@ -28,7 +28,7 @@ UDP_PORT = 33434                  # traceroute's first port: nothing listens the
                                   # with ICMP port unreachable, which is how a UDP probe "arrives"
 # Sizes worth trying first when large packets vanish: VPC jumbo (9001), ENA Express (8900), transit
 # gateway and inter-region peering (8500), Ethernet/IGW/VPN (1500), PPPoE (1492), common tunnels
-# (ec2-network-facts.md: MTU); IPv6's minimum 1280 and IPv4's 576 close the list.
+# (docs/ec2-network-facts.md, "MTU"); IPv6's minimum 1280 and IPv4's 576 close the list.
 CANDIDATES = (9001, 8900, 8500, 1500, 1492, 1480, 1460, 1400, 1280, 1024, 576)
 METHODS = ("icmp", "icmp-raw", "udp")
 

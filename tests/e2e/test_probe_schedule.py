@@ -36,7 +36,7 @@ def agent_main() -> None:
     """One agent's probing half inside a namespace: the burstwatch responder, the probe service with the
     real engine, and /metrics. Settings come as JSON in argv[1]; credits are read from a JSON file the test
     rewrites (standing in for the credit model, which the daemon wires in)."""
-    from agent.config import ResponderConfig
+    from agent.config import ProbeConfig, ResponderConfig
     from agent.exporters.probes import ProbesView
     from agent.exporters.prometheus import MetricsServer, build_registry
     from agent.exporters.responder import ResponderView
@@ -54,9 +54,11 @@ def agent_main() -> None:
         return {d: tuple(v) for d, v in json.loads(credit_file.read_text()).items()}
 
     profile = BandwidthProfile("lab.shaped", PEAK / 4, PEAK, BUCKET, "config", "config", "config")
-    svc = build_probe_service(peers=[cfg["peer"]], interval=INTERVAL, peers_per_round=1, duration=DURATION,
-                              streams=2, credit_floor=0.5, hourly_budget_bytes=cfg["budget"], credits=credits,
-                              profile=lambda: profile, busy=lambda: responder.stats.snapshot().busy)
+    # (a faster schedule than [probe] allows at load time: the test's rounds are seconds apart)
+    section = ProbeConfig(peers=[cfg["peer"]], interval=INTERVAL, peers_per_round=1, duration=DURATION, streams=2,
+                          credit_floor=0.5, hourly_budget_bytes=int(cfg["budget"]))
+    svc = build_probe_service(section, responder_port=5201, credits=credits, profile=lambda: profile,
+                              busy=lambda: responder.stats.snapshot().busy)
     server = MetricsServer("0.0.0.0", METRICS_PORT, build_registry([ProbesView(svc.snapshot),
                                                                      ResponderView(responder.stats.snapshot)]))
     server.start()

@@ -13,17 +13,15 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agent.cloudwatch.publisher import (
-    DEFAULT_METRICS,
-    EXHAUSTION_CAP_SECONDS,
-    SPECS,
-    CloudWatchPublisher,
-    autoscaling_group_name,
-    classify,
-)
+from agent.cloudwatch.catalogue import DEFAULT_METRICS, EXHAUSTION_CAP_SECONDS, SPECS
+from agent.cloudwatch.publisher import CloudWatchPublisher
 from agent.config import CloudWatchConfig
+from agent.exporters.cloudwatch import CloudWatchView
 from agent.models.credit_model import CreditReading
+from agent.models.shaping import ShapingReading
 from agent.readers import aws
+from agent.readers.autoscaling import autoscaling_group_name
+from agent.readers.aws import classify
 from agent.sampling.pipeline import Snapshot
 from tests.support.throttle_proxy import ThrottleProxy
 
@@ -47,11 +45,17 @@ class Probe(NamedTuple):
 
 
 def snapshot(t: float, credits: Optional[dict[str, CreditReading]] = None,
-             rates: Optional[dict[str, float]] = None, shaping: Optional[dict[str, int]] = None) -> Snapshot:
+             rates: Optional[dict[str, float]] = None, shaping: Optional[ShapingReading] = None) -> Snapshot:
     """A real sampler Snapshot with only what the publisher reads filled in."""
     return Snapshot(wall_time=t, interfaces=("eth0",), raw={}, totals={}, interface_rates={},
                     instance_rates=rates, resets={}, sample_duration=0.001, samples_total=1, collectors={},
                     credits=credits, shaping=shaping)
+
+
+def rising(k: int, step: dict[str, int]) -> ShapingReading:
+    """The sampler's shaping reading for the k-th sample of counters rising by `step` a sample: the first
+    only sets the baseline (no increase)."""
+    return ShapingReading("ethtool", {} if k == 0 else dict(step), {d: k * n for d, n in step.items()})
 
 
 def reading(d: str, ratio: float, exhaustion: float, rate: float) -> CreditReading:
@@ -66,8 +70,8 @@ def make_publisher(endpoint: str, period: int = 60, flush_interval: float = 1.0,
                    **kw: Any) -> CloudWatchPublisher:
     extra = {k: kw.pop(k) for k in ("include", "dimensions", "backlog") if k in kw}
     cfg = dataclasses.replace(CloudWatchConfig(), enabled=True, region="us-east-1", endpoint_url=endpoint,
-                              period=period, **extra)
-    pub = CloudWatchPublisher(cfg, instance_id=IID, instance_type=ITYPE, flush_interval=flush_interval, **kw)
+                              period=period, flush_interval=flush_interval, **extra)
+    pub = CloudWatchPublisher(cfg, instance_id=IID, instance_type=ITYPE, **kw)
     _STARTED.append(pub)
     return pub
 
@@ -153,7 +157,7 @@ def test_default_set_arrives_with_names_dimensions_units_and_values(moto: str, p
                 Verdict("queues", "eth0", "ok"), Verdict("path_mtu", None, "fail")]
     pub = make_publisher(proxy.url, period=60, checks=lambda: verdicts, probes=lambda: probes)
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(pub.view)
+    reg.register(CloudWatchView(pub.stats))
     pub.start()
 
     # Two whole minutes of 1 s samples, in the past, so both periods are complete at the first flush.
@@ -169,18 +173,19 @@ def test_default_set_arrives_with_names_dimensions_units_and_values(moto: str, p
         old = dict(shaping)
         shaping["in"] += 10 * k
         if k == 90:
-            shaping["out"] = 3                    # driver reset: counts from zero again
+            shaping["out"] = 3                    # driver reset: the sampler counts from zero again
         elif k % 30 == 0:
             shaping["out"] += 7
-        pub.observe(snapshot(t, cr, rates, dict(shaping)))
+        # the increase the sampler hands on (the first reading is only a baseline)
+        inc = {} if k == 0 else {d: shaping[d] - old[d] if shaping[d] >= old[d] else shaping[d] for d in shaping}
+        pub.observe(snapshot(t, cr, rates, ShapingReading("ethtool", inc, dict(shaping))))
         for d in ("in", "out"):
             fed.setdefault(("CreditRemainingRatio", d), []).append((t, cr[d].ratio or 0.0))
             fed.setdefault(("CreditExhaustionSeconds", d), []).append(
                 (t, min(cr[d].exhaustion_seconds, EXHAUSTION_CAP_SECONDS)))
             fed.setdefault(("ThroughputBytesPerSecond", d), []).append((t, rates[d]))
-            if k > 0:                             # the first reading is only a baseline
-                inc = shaping[d] - old[d] if shaping[d] >= old[d] else shaping[d]
-                fed.setdefault(("ShapingEvents", d), []).append((t, float(inc)))
+            if d in inc:
+                fed.setdefault(("ShapingEvents", d), []).append((t, float(inc[d])))
 
     # the regular flush (every second here) sends both closed minutes in one request
     wait_for(lambda: pub.stats()["published"] >= 16, 20, "the first flush")
@@ -291,7 +296,7 @@ def _feed_past_minute(pub: CloudWatchPublisher, minutes_ago: int = 2) -> float:
     base = math.floor(time.time() / 60) * 60 - 60 * minutes_ago
     cr = {d: reading(d, 0.75, math.inf, 1e8) for d in ("in", "out")}
     for k in range(10):
-        pub.observe(snapshot(base + k, cr, {"in": 1e8, "out": 2e8}, {"in": k, "out": 0}))
+        pub.observe(snapshot(base + k, cr, {"in": 1e8, "out": 2e8}, rising(k, {"in": 1, "out": 0})))
     return base
 
 
@@ -404,7 +409,7 @@ def test_observe_never_waits_on_a_hung_endpoint(moto: str, proxy: ThrottleProxy,
     end = time.monotonic() + 3.0                   # spans flushes that block on the proxy
     n = 0
     while time.monotonic() < end:
-        s = snapshot(time.time(), cr, {"in": 1.0, "out": 2.0}, {"in": n, "out": n})
+        s = snapshot(time.time(), cr, {"in": 1.0, "out": 2.0}, rising(n, {"in": 1, "out": 1}))
         t0 = time.perf_counter()
         pub.observe(s)
         worst = max(worst, time.perf_counter() - t0)
@@ -426,15 +431,21 @@ def test_client_errors_are_classified() -> None:
         return ClientError({"Error": {"Code": code, "Message": msg}, "ResponseMetadata": {"HTTPStatusCode": status}},
                            "PutMetricData")
 
-    assert classify(ce("Throttling", 400)) == ("throttling", None)
-    assert classify(ce("AccessDenied", 403)) == ("credentials", None)
-    assert classify(ce("InternalServiceFault", 500)) == ("server", None)
-    assert classify(ce("InvalidParameterValue", 400, "bad")) == ("rejected", None)
-    assert classify(ce("InvalidParameterValue", 400,
-                       "The collection MetricData must not have a size greater than 20.")) == ("too_large", 20)
-    assert classify(ce("RequestEntityTooLarge", 413)) == ("too_large", None)
-    assert classify(NoCredentialsError()) == ("credentials", None)
-    assert classify(EndpointConnectionError(endpoint_url="http://x")) == ("network", None)
+    def kind(exc: BaseException) -> tuple[str, Optional[int]]:
+        err = classify(exc)
+        return err.kind, err.limit
+
+    assert kind(ce("Throttling", 400)) == ("throttling", None)
+    assert kind(ce("AccessDenied", 403)) == ("credentials", None)
+    assert kind(ce("InternalServiceFault", 500)) == ("server", None)
+    assert kind(ce("InvalidParameterValue", 400, "bad")) == ("rejected", None)
+    assert kind(ce("InvalidParameterValue", 400,
+                   "The collection MetricData must not have a size greater than 20.")) == ("too_large", 20)
+    assert kind(ce("RequestEntityTooLarge", 413)) == ("too_large", None)
+    assert kind(NoCredentialsError()) == ("credentials", None)
+    assert kind(EndpointConnectionError(endpoint_url="http://x")) == ("network", None)
+    # the service's code comes along, and an answer tells "refused" from "no credentials at all"
+    assert classify(ce("AccessDenied", 403)).code == "AccessDenied" and classify(NoCredentialsError()).code == ""
 
 
 def test_rejected_batches_are_dropped_not_retried_forever(moto: str, proxy: ThrottleProxy) -> None:
@@ -502,3 +513,25 @@ def test_stop_before_start_and_observe_after_stop_are_harmless() -> None:
     pub.observe(snapshot(time.time(), None, {"in": 1.0, "out": 1.0}, None))
     assert len(pub._agg) == 0
     assert threading.active_count() >= 1
+
+
+def test_view_describes_its_families_so_duplicates_are_refused() -> None:
+    pub = make_publisher("http://127.0.0.1:9")
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(CloudWatchView(pub.stats))
+    with pytest.raises(ValueError, match="Duplicated"):
+        reg.register(CloudWatchView(pub.stats))
+    assert reg.get_sample_value("burstwatch_cloudwatch_datapoints_published_total") == 0
+    assert reg.get_sample_value("burstwatch_cloudwatch_errors_total", {"kind": "network"}) == 0
+
+
+def test_shaping_events_are_the_samplers_increase() -> None:
+    """The publisher sends the increase the sampler computed, whatever the totals did (no rule of its own)."""
+    pub = make_publisher("http://127.0.0.1:9", period=60)
+    t = math.floor(time.time() / 60) * 60 - 120
+    pub.observe(snapshot(t, shaping=ShapingReading("ethtool", {}, {"in": 500})))           # baseline
+    pub.observe(snapshot(t + 1, shaping=ShapingReading("ethtool", {"in": 7}, {"in": 507})))
+    pub.observe(snapshot(t + 2, shaping=ShapingReading("tc", {"in": 3, "out": 0}, {"in": 3, "out": 0})))
+    datums = {(d.name, d.dims[-1][1]): d for d in pub._agg.close(t + 60)}
+    assert (datums["ShapingEvents", "in"].sample_count, datums["ShapingEvents", "in"].total) == (2.0, 10.0)
+    assert datums["ShapingEvents", "out"].total == 0.0

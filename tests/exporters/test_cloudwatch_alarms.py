@@ -19,6 +19,7 @@ from agent.cloudwatch.alarms import (
     cloudformation,
     cmd_cloudwatch,
 )
+from agent.models.shaping import ShapingReading
 from tests.exporters.test_cloudwatch import (  # _publishers_end_with_their_test is an autouse fixture
     IID,
     ITYPE,
@@ -82,8 +83,9 @@ def test_alarms_watch_the_metrics_the_publisher_sends(moto: str) -> None:
     pub.start()
     base = math.floor(time.time() / 60) * 60 - 120
     credits = {d: reading(d, 0.1, 300.0, 1e9) for d in ("in", "out")}
-    pub.observe(snapshot(base, credits, {"in": 1e9, "out": 1e9}, {"in": 0, "out": 0}))
-    pub.observe(snapshot(base + 1, credits, {"in": 1e9, "out": 1e9}, {"in": 5, "out": 9}))
+    pub.observe(snapshot(base, credits, {"in": 1e9, "out": 1e9}, ShapingReading("ethtool", {}, {"in": 0, "out": 0})))
+    pub.observe(snapshot(base + 1, credits, {"in": 1e9, "out": 1e9},
+                         ShapingReading("ethtool", {"in": 5, "out": 9}, {"in": 5, "out": 9})))
     pub.stop(1.5)
     listed = {(m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"]))
               for m in cw_client(moto).list_metrics(Namespace="Burstwatch")["Metrics"]}

@@ -18,6 +18,7 @@ from tests.exporters.test_cloudwatch import (  # _publishers_end_with_their_test
     cw_client,
     expected_sets,
     make_publisher,
+    rising,
     snapshot,
     statistics,
     wait_for,
@@ -54,7 +55,7 @@ def test_endpoint_down_for_30_seconds_loses_nothing_within_the_backlog(
             t = time.time()
             rates = {"in": 1e6 + k, "out": 2e6 + 3 * k}
             credits = {d: CreditReading(d, rates[d], 1e9, 2e9, 0.5, math.inf, math.inf) for d in rates}
-            pub.observe(snapshot(t, credits, rates, {"in": 5 * k, "out": 0}))
+            pub.observe(snapshot(t, credits, rates, rising(k, {"in": 5, "out": 0})))
             for d, rate in rates.items():
                 fed[d].append((t, rate))
             k += 1

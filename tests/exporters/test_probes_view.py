@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from agent.exporters.probes import ProbesView
 from agent.iperf3 import ProbeError
 from agent.probes.archive import S3Archive
-from agent.probes.scheduler import SKIP_REASONS, Scheduler, parse_peer
+from agent.probes.scheduler import SKIP_REASONS, Scheduler
 from agent.probes.service import ProbeService
-from tests.probes.test_service import M5, Clock, FakeRunner
+from tests.probes.test_service import M5, Clock, FakeRunner, section
 
 PEER = "10.0.0.2:5201"
 
@@ -29,11 +29,10 @@ def registry(view: ProbesView) -> CollectorRegistry:
 
 def service(clock: Clock, runner: Any, credits: Any = None, archive: Optional[S3Archive] = None,
             budget: float = 1e15) -> ProbeService:
-    sched = Scheduler(interval=60.0, peers_per_round=1, duration=5.0, streams=4, credit_floor=0.5,
-                      hourly_budget_bytes=budget, credits=lambda: credits,
-                      peak_bytes_per_second=lambda: M5.peak_bytes_per_second, clock=clock, rng=random.Random(2))
-    return ProbeService(sched, configured=[parse_peer("10.0.0.2")], runner=runner, profile=lambda: M5,
-                        peer_peak=lambda t: None, archive=archive)
+    cfg = section(("10.0.0.2",), hourly_budget_bytes=budget)
+    sched = Scheduler.from_config(cfg, credits=lambda: credits, peak_bytes_per_second=lambda: M5.peak_bytes_per_second,
+                                  clock=clock, rng=random.Random(2))
+    return ProbeService(cfg, sched, runner=runner, profile=lambda: M5, peer_peak=lambda t: None, archive=archive)
 
 
 def run_round(svc: ProbeService, clock: Clock) -> None:
@@ -141,3 +140,16 @@ def test_exposition_passes_promtool() -> None:
 
 def test_view_without_a_service_yields_nothing() -> None:
     assert list(ProbesView(lambda: None).collect()) == []
+
+
+def test_every_family_is_described_so_duplicates_are_refused() -> None:
+    clock = Clock()
+    view = ProbesView(service(clock, FakeRunner()).snapshot)
+    described = {m.name for m in view.describe()}
+    assert {"burstwatch_probe_success", "burstwatch_probe_runs", "burstwatch_probe_discovery_success",
+            "burstwatch_probe_archive_uploaded"} <= described
+    reg = registry(view)
+    with pytest.raises(ValueError, match="Duplicated"):
+        reg.register(ProbesView(lambda: None))
+    collected = {m.name for m in view.collect()}
+    assert collected <= described and "burstwatch_probe_archive_uploaded" not in collected

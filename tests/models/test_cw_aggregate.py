@@ -14,7 +14,6 @@ from agent.models.cw_aggregate import (
     SAFE_REQUEST_BYTES,
     Backlog,
     BatchLimits,
-    CounterIncrease,
     Datum,
     PeriodAggregator,
     SeriesKey,
@@ -83,16 +82,6 @@ def test_aggregator_is_bounded() -> None:
     assert agg.refused == 3
     agg.add(0.5, RATIO_IN, 2.0)                   # an open series still takes samples
     assert agg.close(100.0)[0].sample_count == 2.0
-
-
-def test_counter_increase_handles_resets() -> None:
-    c = CounterIncrease()
-    assert c.update("in", 1000) is None           # baseline only
-    assert c.update("in", 1500) == 500
-    assert c.update("in", 1500) == 0
-    assert c.update("in", 20) == 20               # driver reset: counts since the reset
-    assert c.resets == 1
-    assert c.update("out", 7) is None
 
 
 @pytest.mark.parametrize("d", [

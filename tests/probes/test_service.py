@@ -12,9 +12,11 @@ from typing import Any, Optional
 
 import pytest
 
+from agent.config import ProbeArchiveConfig, ProbeConfig
+from agent.discovery import InstanceInfo
 from agent.iperf3 import ProbeError, ProbeRequest
 from agent.models.profile import GBIT, BandwidthProfile
-from agent.probes.scheduler import Peer, Scheduler, parse_peer
+from agent.probes.scheduler import Peer, Scheduler
 from agent.probes.service import (
     ProbeService,
     build_probe_service,
@@ -22,6 +24,7 @@ from agent.probes.service import (
     pair_allowance,
 )
 from agent.readers import aws
+from agent.readers.imds import Eni, Identity
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 M5 = BandwidthProfile("m5.large", 0.75 * GBIT, 10 * GBIT, 337.5e9, "config", "config", "config")
@@ -60,14 +63,21 @@ class FakeRunner:
         return doc
 
 
+def section(peers: tuple[str, ...] = ("10.0.0.2",), **kw: Any) -> ProbeConfig:
+    """A [probe] section with this module's schedule: a round a minute, one peer, 5 s x 4 streams."""
+    base: dict[str, Any] = {"interval": 60.0, "peers_per_round": 1, "duration": 5.0, "streams": 4,
+                            "credit_floor": 0.5, "hourly_budget_bytes": 10**15}
+    return ProbeConfig(peers=list(peers), **{**base, **kw})
+
+
 def make(clock: Clock, runner: Any, peers: tuple[str, ...] = ("10.0.0.2",), credits: Any = None,
          profile: Optional[BandwidthProfile] = M5, peer_peak: Any = lambda t: None, **kw: Any) -> ProbeService:
-    sched = Scheduler(interval=60.0, peers_per_round=kw.pop("k", 1), duration=5.0, streams=4, credit_floor=0.5,
-                      hourly_budget_bytes=kw.pop("budget", 1e15), credits=lambda: credits,
-                      peak_bytes_per_second=lambda: profile.peak_bytes_per_second if profile else None,
-                      clock=clock, rng=random.Random(1))
-    return ProbeService(sched, configured=[parse_peer(p) for p in peers], runner=runner,
-                        profile=lambda: profile, peer_peak=peer_peak, **kw)
+    cfg = section(peers, **{k: kw.pop(k) for k in ("peers_per_round", "hourly_budget_bytes", "discover_interval")
+                            if k in kw})
+    sched = Scheduler.from_config(cfg, credits=lambda: credits,
+                                  peak_bytes_per_second=lambda: profile.peak_bytes_per_second if profile else None,
+                                  clock=clock, rng=random.Random(1))
+    return ProbeService(cfg, sched, runner=runner, profile=lambda: profile, peer_peak=peer_peak, **kw)
 
 
 def run_round(svc: ProbeService, clock: Clock) -> list[Any]:
@@ -201,10 +211,9 @@ def test_credits_low_means_no_probe_and_the_runner_is_never_called() -> None:
 
 def test_thread_runs_the_schedule_and_stops_promptly() -> None:
     runner = FakeRunner()
-    sched = Scheduler(interval=0.2, peers_per_round=1, duration=1.0, streams=1, credit_floor=0.5,
-                      hourly_budget_bytes=1e15, rng=random.Random(3), gap=0.05)
-    svc = ProbeService(sched, configured=[parse_peer("10.0.0.2")], runner=runner, profile=lambda: M5,
-                       peer_peak=lambda t: None)
+    cfg = section(interval=0.2, duration=1.0, streams=1)     # faster than [probe] allows, for the test
+    sched = Scheduler.from_config(cfg, rng=random.Random(3), gap=0.05)
+    svc = ProbeService(cfg, sched, runner=runner, profile=lambda: M5, peer_peak=lambda t: None)
     svc.start()
     try:
         deadline = time.monotonic() + 5.0
@@ -222,6 +231,13 @@ def test_thread_runs_the_schedule_and_stops_promptly() -> None:
     assert svc.snapshot().rounds == rounds          # nothing runs after stop()
 
 
+def instance_info(instance_id: str, vpc_id: str, ip: str) -> InstanceInfo:
+    """What discovery learns on EC2, as far as the probe service reads it."""
+    ident = Identity(instance_id, "m5.large", "us-east-1", "us-east-1a", "use1-az1")
+    eni = Eni("02:00:00:00:00:01", 0, 0, "eni-1", "subnet-1", vpc_id, ("10.40.0.0/16",), (ip,))
+    return InstanceInfo(True, ident, [eni], ["eth0"], ["10.40.0.0/16"], None, M5, {})
+
+
 def test_discovery_and_archive_end_to_end_through_moto(moto: str) -> None:
     """build_probe_service as the daemon would: peers from EC2 tags, results into S3 (both moto over HTTP)."""
     ec2 = aws.client("ec2", "us-east-1", moto)
@@ -232,12 +248,10 @@ def test_discovery_and_archive_end_to_end_through_moto(moto: str) -> None:
                                  SubnetId=subnet, TagSpecifications=tag)["Instances"]
     aws.client("s3", "us-east-1", moto).create_bucket(Bucket="results")
     runner = FakeRunner(gbps=9.0)
-    svc = build_probe_service(
-        peers=[], interval=900.0, peers_per_round=1, duration=5.0, streams=4, credit_floor=0.5,
-        hourly_budget_bytes=1e12, credits=lambda: None, profile=lambda: M5, discover_tag="burstwatch:peer=true",
-        discover_endpoint_url=moto, vpc_id=vpc, region="us-east-1", instance_id=me["InstanceId"],
-        instance_type="m5.large", archive_bucket="results", archive_prefix="bw/", archive_endpoint_url=moto,
-        runner=runner)
+    cfg = ProbeConfig(hourly_budget_bytes=10**12, discover_tag="burstwatch:peer=true", discover_endpoint_url=moto,
+                      archive=ProbeArchiveConfig(enabled=True, bucket="results", prefix="bw/", endpoint_url=moto))
+    svc = build_probe_service(cfg, responder_port=5201, credits=lambda: None, profile=lambda: M5,
+                              instance=instance_info(me["InstanceId"], vpc, me["PrivateIpAddress"]), runner=runner)
     assert svc.archive is not None
     svc.archive.start()
     try:
@@ -268,8 +282,9 @@ def test_reconfigure_on_reload_keeps_history() -> None:
     run_round(svc, clock)
     before = svc.snapshot()
     assert len(before.results) == 2 and before.budget_used_bytes > 0
-    svc.reconfigure(peers=["10.0.0.3", "10.0.0.4:5202"], interval=30.0, peers_per_round=2, duration=2.0,
-                    streams=8, credit_floor=0.2, hourly_budget_bytes=2e12, directions=["out"])
+    svc.reconfigure(ProbeConfig(peers=["10.0.0.3", "10.0.0.4:5202"], interval=30.0, peers_per_round=2,
+                                duration=2.0, streams=8, credit_floor=0.2, hourly_budget_bytes=2 * 10**12,
+                                directions=["out"]))
     s = svc.scheduler
     assert (s.interval, s.peers_per_round, s.duration, s.streams, s.credit_floor, s.directions) == (
         30.0, 2, 2.0, 8, 0.2, ("out",))
@@ -282,5 +297,23 @@ def test_reconfigure_on_reload_keeps_history() -> None:
     assert {(r.peer, r.direction) for r in results} <= {("10.0.0.3:5201", "out"), ("10.0.0.4:5202", "out")}
     assert len(results) == 2 and all(r.success for r in results)
     with pytest.raises(ValueError):
-        svc.reconfigure(peers=[], interval=30.0, peers_per_round=1, duration=1.0, streams=1, credit_floor=0.5,
-                        hourly_budget_bytes=1e9, directions=["sideways"])
+        svc.reconfigure(ProbeConfig(peers=[], interval=30.0, streams=1, hourly_budget_bytes=10**9,
+                                    directions=["sideways"]))
+    assert s.directions == ("out",) and s.interval == 30.0           # a bad section changes nothing
+
+
+def test_reconfigure_keeps_discovery_and_archive_until_a_restart_and_the_port_it_was_given() -> None:
+    clock = Clock()
+    running = section(("10.0.0.2",), discover_tag="burstwatch:peer", discover_interval=120.0)
+    svc = ProbeService(running, Scheduler.from_config(running, clock=clock, rng=random.Random(1)),
+                       default_port=5301, discover=lambda: [], runner=FakeRunner())
+    assert [p.key for p in svc.scheduler.peers] == ["10.0.0.2:5301"]
+    new = section(("10.0.0.3",), discover_tag="other", discover_interval=600.0,
+                  archive=ProbeArchiveConfig(enabled=True, bucket="b"))
+    svc.reconfigure(new)
+    assert [p.key for p in svc.scheduler.peers] == ["10.0.0.3:5301"]     # still the responder port given
+    assert (svc.cfg.discover_tag, svc.discover_interval, svc.cfg.archive) == (
+        "burstwatch:peer", 120.0, ProbeArchiveConfig())                    # marked restart in agent/config.py
+    assert svc.cfg.peers == ["10.0.0.3"]
+    svc.reconfigure(new, responder_port=5401)
+    assert [p.key for p in svc.scheduler.peers] == ["10.0.0.3:5401"]

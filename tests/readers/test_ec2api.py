@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import boto3
 import pytest
 
+from agent.models.catalogue import TypeEntry, entry_from_describe
 from agent.readers import ec2api
 from agent.readers.ec2api import lookup_instance_type, parse_describe_instance_types
 from tests.conftest import free_port
@@ -49,6 +50,12 @@ AWS_XML = """<?xml version="1.0" encoding="UTF-8"?>
   </instanceTypeSet>
 </DescribeInstanceTypesResponse>
 """
+
+
+def _entry(res: ec2api.ApiLookup) -> TypeEntry:
+    """The reader hands back the raw InstanceTypeInfo; discovery turns it into the model's TypeEntry."""
+    assert res.info is not None
+    return entry_from_describe(res.info)
 
 
 def _factory(endpoint: str, calls: list[str] | None = None) -> ec2api.ClientFactory:
@@ -117,9 +124,9 @@ def test_lookup_picks_up_baseline_and_peak_and_caches(moto: str, tmp_path: Path)
     calls: list[str] = []
     res = lookup_instance_type("m5.large", "us-east-1", str(tmp_path), _factory(moto, calls))
     assert res.status == "fresh" and calls == ["us-east-1"]
-    assert res.entry is not None
-    assert (res.entry.baseline_gbps, res.entry.peak_gbps) == (0.75, 10.0)
-    assert (res.entry.vcpus, res.entry.ena_support, res.entry.maximum_network_cards) == (2, "required", 1)
+    entry = _entry(res)
+    assert (entry.baseline_gbps, entry.peak_gbps) == (0.75, 10.0)
+    assert (entry.vcpus, entry.ena_support, entry.maximum_network_cards) == (2, "required", 1)
     cache = tmp_path / "instance-type-m5.large.json"
     doc = json.loads(cache.read_text())
     assert doc["format"] == ec2api.CACHE_FORMAT and doc["instance_type"] == "m5.large"
@@ -127,18 +134,18 @@ def test_lookup_picks_up_baseline_and_peak_and_caches(moto: str, tmp_path: Path)
     # A fresh cache answers without calling, even with the endpoint gone.
     dead = _factory(f"http://127.0.0.1:{free_port()}", calls)
     again = lookup_instance_type("m5.large", "us-east-1", str(tmp_path), dead)
-    assert again.status == "cached" and again.entry == res.entry and calls == ["us-east-1"]
+    assert again.status == "cached" and _entry(again) == entry and calls == ["us-east-1"]
 
     # Too old to trust: the API is asked; down, so the stale answer still beats the bundled table.
     stale = lookup_instance_type("m5.large", "us-east-1", str(tmp_path), dead, max_age=0.0)
-    assert stale.status == "stale_cache" and stale.entry == res.entry and len(calls) == 2
+    assert stale.status == "stale_cache" and _entry(stale) == entry and len(calls) == 2
     assert "unreachable" in stale.detail
 
 
 def test_denied_falls_back(moto: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with _iam_user(moto, monkeypatch, ["ec2:DescribeInstances"]):
         res = lookup_instance_type("m5.large", "us-east-1", str(tmp_path), _factory(moto))
-    assert res.entry is None and res.status == "denied"
+    assert res.info is None and res.status == "denied"
     assert "AccessDenied" in res.detail          # real EC2 says UnauthorizedOperation; both count as denied
     assert not list(tmp_path.iterdir())          # nothing cached
 
@@ -146,8 +153,8 @@ def test_denied_falls_back(moto: str, tmp_path: Path, monkeypatch: pytest.Monkey
 def test_allowed_user_gets_the_figures(moto: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with _iam_user(moto, monkeypatch, ["ec2:DescribeInstanceTypes"]):
         res = lookup_instance_type("c5.4xlarge", "us-east-1", str(tmp_path), _factory(moto))
-    assert res.status == "fresh" and res.entry is not None
-    assert (res.entry.baseline_gbps, res.entry.peak_gbps) == (5.0, 10.0)
+    assert res.status == "fresh"
+    assert (_entry(res).baseline_gbps, _entry(res).peak_gbps) == (5.0, 10.0)
 
 
 def test_endpoint_down_falls_back_quickly(tmp_path: Path) -> None:
@@ -155,7 +162,7 @@ def test_endpoint_down_falls_back_quickly(tmp_path: Path) -> None:
     res = lookup_instance_type("m5.large", "us-east-1", str(tmp_path),
                                _factory(f"http://127.0.0.1:{free_port()}"))
     elapsed = time.monotonic() - t0
-    assert res.entry is None and res.status == "unreachable"
+    assert res.info is None and res.status == "unreachable"
     # API_ATTEMPTS (2) refused connections plus botocore's standard-mode backoff (rand(0, 1) s before the
     # 2nd attempt); measured 0.5-2 s, bound generously for CI.
     assert elapsed < 10.0
@@ -163,7 +170,7 @@ def test_endpoint_down_falls_back_quickly(tmp_path: Path) -> None:
 
 def test_unknown_type(moto: str, tmp_path: Path) -> None:
     res = lookup_instance_type("zz9.plural", "us-east-1", str(tmp_path), _factory(moto))
-    assert res.entry is None and res.status == "unknown_type"
+    assert res.info is None and res.status == "unknown_type"
 
 
 def test_no_credentials(moto: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,7 +179,7 @@ def test_no_credentials(moto: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     res = lookup_instance_type("m5.large", "us-east-1", str(tmp_path), _factory(moto))
-    assert res.entry is None and res.status == "no_credentials"
+    assert res.info is None and res.status == "no_credentials"
 
 
 def test_corrupt_cache_is_set_aside(moto: str, tmp_path: Path) -> None:
@@ -180,3 +187,29 @@ def test_corrupt_cache_is_set_aside(moto: str, tmp_path: Path) -> None:
     res = lookup_instance_type("m5.large", "us-east-1", str(tmp_path), _factory(moto))
     assert res.status == "fresh"
     assert [p.name for p in tmp_path.iterdir() if ".bad-" in p.name]
+
+
+def test_a_cache_in_another_shape_is_set_aside(moto: str, tmp_path: Path) -> None:
+    (tmp_path / "instance-type-m5.large.json").write_text(json.dumps({
+        "format": ec2api.CACHE_FORMAT, "instance_type": "m5.large", "fetched": time.time(),
+        "info": {"InstanceType": "m5.large", "NetworkInfo": {"NetworkCards": "eight"}}}))
+    res = lookup_instance_type("m5.large", "us-east-1", str(tmp_path), _factory(moto))
+    assert res.status == "fresh" and _entry(res).peak_gbps == 10.0
+    assert [p.name for p in tmp_path.iterdir() if ".bad-" in p.name]
+
+
+@pytest.mark.parametrize("code,status,want", [
+    ("UnauthorizedOperation", 403, "denied"),          # what EC2 itself answers
+    ("AccessDenied", 403, "denied"),                   # what moto answers
+    ("RequestExpired", 400, "denied"),                 # clock skew: the signature is refused
+    ("InvalidInstanceType", 400, "unknown_type"),
+    ("RequestLimitExceeded", 503, "error"),
+    ("InternalError", 500, "error"),
+])
+def test_failure_status_of_api_answers(code: str, status: int, want: str) -> None:
+    from botocore.exceptions import ClientError
+
+    exc = ClientError({"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                      "DescribeInstanceTypes")
+    got, detail = ec2api.failure_status(exc)
+    assert got == want and detail.startswith(code)

@@ -5,7 +5,7 @@
         imds.disabled = True          # knobs may change while it runs
         imds.expire_tokens()
 
-Behaviour follows AWS's IMDS (ec2-network-facts.md, "Instance metadata"): PUT /latest/api/token needs
+Behaviour follows AWS's IMDS (docs/ec2-network-facts.md, "Instance metadata"): PUT /latest/api/token needs
 X-aws-ec2-metadata-token-ttl-seconds in 1..21600 (else 400); reads need a live token when
 `require_token` (http-tokens=required; else 401); 403 everywhere when `disabled`; directory paths list
 their entries one per line, sub-directories with a trailing '/'.
