@@ -106,12 +106,94 @@ def check_directions(value: list[str]) -> str | None:
     return None
 
 
+def check_abs_path(value: str) -> str | None:
+    if not value.startswith("/"):
+        return f"{value!r} is not an absolute path"
+    return None
+
+
+# exporter-toolkit's client_auth_type names; its RequestClientCert and RequireAnyClientCert take a client
+# certificate without verifying it, which Python's ssl module cannot do (docs/security.md).
+CLIENT_AUTH_TYPES = ("NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
+
+
+def check_client_auth_type(value: str) -> str | None:
+    if value not in CLIENT_AUTH_TYPES:
+        return f"{value!r} is not one of {', '.join(CLIENT_AUTH_TYPES)}"
+    return None
+
+
+def check_tls_version(value: str) -> str | None:
+    if value not in ("TLS12", "TLS13"):
+        return f"{value!r} is not TLS12 or TLS13"
+    return None
+
+
+_BCRYPT_ALPHABET = frozenset("./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+
+
+def check_bcrypt_users(value: dict[str, str]) -> str | None:
+    for user, hashed in value.items():
+        if not user or ":" in user or any(ord(c) < 32 for c in user):
+            return f"user name {user!r} is empty or holds ':' or a control character"
+        parts = hashed.split("$")  # "$2y$10$" + 22 characters of salt + 31 of hash
+        if not (len(parts) == 4 and parts[0] == "" and parts[1] in ("2a", "2b", "2y") and len(parts[2]) == 2
+                and parts[2].isdigit() and 4 <= int(parts[2]) <= 31 and len(parts[3]) == 53
+                and set(parts[3]) <= _BCRYPT_ALPHABET):
+            return (f"the hash of user {user!r} is not a bcrypt hash ($2y$10$ and 53 characters, as "
+                    f"`htpasswd -nBC 10 {user}` prints after the colon)")
+    return None
+
+
 @dataclass(frozen=True)
 class MetricsConfig:
     listen: str = _opt(f"0.0.0.0:{DEFAULT_METRICS_PORT}", "host:port of the /metrics endpoint",
                        check=check_hostport, restart=True)
     ethtool_include: list[str] = _opt(None, "extra ethtool statistic names to export "
                                       "(beyond the ENA allowance and ENA Express ones)", factory=list)
+    header_timeout: float = _opt(10.0, "seconds a client has to finish the TLS handshake and send its request "
+                                 "headers; also how long a kept-alive connection may idle", lo=0.1, hi=60.0)
+    max_connections: int = _opt(256, "open connections at most; past it the one that has waited longest "
+                                "without sending a request is closed", lo=4, hi=4096)
+    tls_cert_file: Optional[str] = _opt(None, "PEM certificate (chain) to serve HTTPS with, absolute path "
+                                        "(exporter-toolkit cert_file; default: plain HTTP)", check=check_abs_path)
+    tls_key_file: Optional[str] = _opt(None, "PEM private key of tls_cert_file, absolute path",
+                                       check=check_abs_path)
+    tls_client_ca_file: Optional[str] = _opt(None, "PEM CA certificates that client certificates must chain "
+                                             "to, absolute path", check=check_abs_path)
+    tls_client_auth_type: Optional[str] = _opt(None, "NoClientCert, VerifyClientCertIfGiven or "
+                                               "RequireAndVerifyClientCert (default: the last when "
+                                               "tls_client_ca_file is set, else NoClientCert)",
+                                               check=check_client_auth_type)
+    tls_min_version: str = _opt("TLS12", "oldest TLS version accepted: TLS12 or TLS13", check=check_tls_version)
+    basic_auth_users: dict[str, str] = _opt(None, "user name = bcrypt hash; when set, every request needs "
+                                            "one of them (exporter-toolkit basic_auth_users)", factory=dict,
+                                            check=check_bcrypt_users)
+
+    @property
+    def effective_client_auth_type(self) -> str:
+        if self.tls_client_auth_type is not None:
+            return self.tls_client_auth_type
+        return "RequireAndVerifyClientCert" if self.tls_client_ca_file else "NoClientCert"
+
+    def cross_check(self) -> str | None:
+        """A problem between this table's keys, as a message naming the key; None when they agree."""
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            missing, given = ("tls_key_file", "tls_cert_file") if self.tls_cert_file else \
+                ("tls_cert_file", "tls_key_file")
+            return f"key 'metrics.{missing}' is required when metrics.{given} is set"
+        if not self.tls_cert_file:
+            for key in ("tls_client_ca_file", "tls_client_auth_type"):
+                if getattr(self, key) is not None:
+                    return f"key 'metrics.{key}' needs TLS: set metrics.tls_cert_file and metrics.tls_key_file"
+            return None
+        auth = self.effective_client_auth_type
+        if auth != "NoClientCert" and not self.tls_client_ca_file:
+            return f"key 'metrics.tls_client_auth_type' = {auth!r} needs metrics.tls_client_ca_file"
+        if auth == "NoClientCert" and self.tls_client_ca_file:
+            return ("key 'metrics.tls_client_ca_file' is set but metrics.tls_client_auth_type is 'NoClientCert', "
+                    "which ignores it")
+        return None
 
 
 @dataclass(frozen=True)
@@ -156,6 +238,11 @@ class CreditsConfig:
     trust_configured_bucket: bool = _opt(True, "keep instance.bandwidth.burst_bucket_gbit fixed; false makes it "
                                          "a starting estimate that learning may correct")
     save_interval: float = _opt(5.0, "seconds between state saves", lo=0.5, hi=3600.0)
+    # 60 s: a fifth of the shortest EC2 drain (r4.large, ~295 s), several cycles of bursty traffic; the
+    # reasoning is at DEFAULT_FORECAST_WINDOW in agent/models/credit_model.py and in docs/credits.md.
+    forecast_window: float = _opt(60.0, "seconds of history the trend forecast "
+                                  "(burstwatch_credit_exhaustion_trend_seconds) fits the net spend rate to",
+                                  lo=0.5, hi=3600.0)
 
 
 @dataclass(frozen=True)
@@ -184,6 +271,15 @@ class ResponderConfig:
     max_streams: int = _opt(8, "most parallel streams per test", lo=1, hi=128)
     max_bytes: int = _opt(10 * 1024**3, "most bytes one test may move", lo=1, hi=2**50)
     max_tests_per_hour: int = _opt(12, "tests per source address per hour", lo=1, hi=100000)
+    credit_floor: float = _opt(0.5, "refuse a test (as busy) when a bucket it would drain (-R: out, else in) "
+                               "holds less than this fraction, or would after the test's expected bytes "
+                               "(the rule and default of [probe] credit_floor)", lo=0.0, hi=1.0)
+    hourly_budget_bytes: int = _opt(10 * 10**9, "most bytes served per direction in any sliding hour, all "
+                                    "sources together; past it tests are refused as busy (0: serve none). "
+                                    "The default is 0.9 % of the hourly refill of the catalogue's median "
+                                    "burstable size (docs/probes.md)", lo=0, hi=2**50)
+    hourly_budget_per_source_bytes: int = _opt(5 * 10**9, "the same budget for each source address", lo=0,
+                                               hi=2**50)
 
 
 @dataclass(frozen=True)
@@ -213,6 +309,7 @@ class ProbeConfig:
     discover_tag: Optional[str] = _opt(None, "EC2 tag KEY or KEY=VALUE: running instances carrying it in this "
                                        "VPC are probed too (needs ec2:DescribeInstances)", check=check_tag,
                                        restart=True)
+    # Instances come and go on the scale of minutes, and each discovery is one DescribeInstances call per agent.
     discover_interval: float = _opt(300.0, "seconds between peer discoveries", lo=30.0, hi=86400.0, restart=True)
     discover_endpoint_url: Optional[str] = _opt(None, "EC2 endpoint for discovery (default: AWS)",
                                                 check=check_url, restart=True)
@@ -281,11 +378,25 @@ def _coerce(tp: Any, value: Any) -> tuple[bool, Any]:
         return ok, dict(value) if ok else value
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True, float(value)
+            try:
+                return True, float(value)
+            except OverflowError:  # an integer beyond a float's range: the range check refuses it by value
+                return True, value
         return False, value
     if tp is int:
         return isinstance(value, int) and not isinstance(value, bool), value
     return isinstance(value, tp), value
+
+
+def _show(value: Any) -> str:
+    """repr() for a message; an integer past Python's 4300-digit limit (which TOML's hex, octal and binary
+    forms can write in 3600 characters) makes repr() raise ValueError, so it is described instead."""
+    try:
+        return repr(value)
+    except ValueError:
+        if isinstance(value, int):
+            return f"an integer of {value.bit_length()} bits"
+        return f"a {type(value).__name__} holding an integer too large to show"
 
 
 def _build(cls: type, table: dict[str, Any], prefix: str, where: str) -> Any:
@@ -301,20 +412,24 @@ def _build(cls: type, table: dict[str, Any], prefix: str, where: str) -> Any:
         tp = hints[name]
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
-                raise ConfigError(f"{where}: [{key}] must be a table, got {value!r}")
+                raise ConfigError(f"{where}: [{key}] must be a table, got {_show(value)}")
             kwargs[name] = _build(tp, value, f"{key}.", where)  # type: ignore[arg-type]
             continue
         ok, coerced = _coerce(tp, value)
         if not ok:
-            raise ConfigError(f"{where}: key {key!r} must be {_describe(tp)}, got {value!r}")
+            raise ConfigError(f"{where}: key {key!r} must be {_describe(tp)}, got {_show(value)}")
         value = coerced  # noqa: PLW2901 - the validated form replaces the raw TOML value
         meta = fields[name].metadata
         lo, hi = meta.get("lo"), meta.get("hi")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if (lo is not None and value < lo) or (hi is not None and value > hi):
-                raise ConfigError(f"{where}: key {key!r} = {value!r} is out of range {lo:g} .. {hi:g}")
+            # Written as "not inside" so that nan (TOML's `nan`), for which every comparison is false, is out.
+            if (lo is not None and not value >= lo) or (hi is not None and not value <= hi):
+                raise ConfigError(f"{where}: key {key!r} = {_show(value)} is out of range {lo:g} .. {hi:g}")
         check = meta.get("check")
-        problem = check(value) if check and value is not None else None
+        try:
+            problem = check(value) if check and value is not None else None
+        except ValueError as exc:  # a check that tripped over a value it did not foresee is still the key's fault
+            problem = f"{_show(value)} is not valid: {exc}"
         if problem:
             raise ConfigError(f"{where}: key {key!r}: {problem}")
         kwargs[name] = value
@@ -339,8 +454,10 @@ def parse(text: str, where: str = "<config>") -> Config:
     """Parse TOML text into a validated Config; raises ConfigError naming `where` and the key."""
     try:
         table = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or int() of more than 4300 decimal digits
         raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
+        raise ConfigError(f"{where}: not valid TOML: arrays or inline tables nested too deeply") from None
     cfg: Config = _build(Config, table, "", where)
     _cross_check(cfg, where)
     return cfg

@@ -219,9 +219,10 @@ def _responder(a: Agent) -> None:
     from agent.exporters.responder import ResponderView
     from agent.responder.server import Responder, resolve_allow
 
-    a.responder = Responder(a.cfg.responder, resolve_allow(a.cfg.responder.allow, a.vpc_cidrs))
-    # A test served while this host runs its own probe would measure the two competing.
-    a.responder.external_busy = a.probing
+    # The credit guard reads this host's latest credit readings; a test served while this host runs its
+    # own probe would measure the two competing, so the responder answers "busy" then.
+    a.responder = Responder(a.cfg.responder, resolve_allow(a.cfg.responder.allow, a.vpc_cidrs),
+                            credits=a.latest_credits, profile=lambda: a.profile, external_busy=a.probing)
     a.services.append(a.responder)
     a.views.append(ResponderView(a.responder.stats.snapshot))
 

@@ -68,7 +68,8 @@ class _Servers:
         conf = Path(self.tmp.name) / "bench.toml"
         conf.write_text(f'[responder]\nlisten = "{bind}:{self.bw_port}"\nallow = ["0.0.0.0/0"]\n'
                         "max_duration = 600.0\nmax_streams = 128\nmax_bytes = 1125899906842624\n"
-                        "max_tests_per_hour = 100000\n")
+                        "max_tests_per_hour = 100000\nhourly_budget_bytes = 1125899906842624\n"
+                        "hourly_budget_per_source_bytes = 1125899906842624\n")
         code = (f"import argparse, sys\nfrom agent.commands import probe as cli\nsys.exit(cli.cmd_responder("
                 f"argparse.Namespace(config={str(conf)!r}, listen=None, allow=None)))")
         prefix = ["ip", "netns", "exec", netns] if netns else []

@@ -55,7 +55,7 @@ def parse_bitrate(text: str) -> int:
 
 
 def add_probe_arguments(sp: argparse.ArgumentParser) -> None:
-    """The `probe` subcommand's arguments (contract.md names plus iperf3's short options)."""
+    """The `probe` subcommand's arguments (the names docs/probes.md documents, plus iperf3's short options)."""
     sp.add_argument("target", metavar="TARGET", help="host, host:port or [v6addr]:port of an iperf3 server "
                     "or a burstwatch responder")
     sp.add_argument("--port", "-p", type=int, default=None, help=f"server port ({DEFAULT_PORT}; a port in "

@@ -6,14 +6,20 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from agent.exporters import NS, View
+
 if TYPE_CHECKING:
-    from agent.responder.server import ResponderSnapshot
-
-NS = "burstwatch"
+    from agent.responder.stats import ResponderSnapshot
 
 
-class ResponderView:
+class ResponderView(View):
     """Renders `ResponderStats.snapshot()`; takes the snapshot function so a scrape never touches sockets."""
+
+    FAMILIES = tuple((f"{NS}_responder_{name}", typ) for name, typ in (
+        ("listening", "gauge"), ("busy", "gauge"), ("allowed_networks", "gauge"), ("connections", "counter"),
+        ("tests", "counter"), ("refused", "counter"), ("dropped", "counter"), ("bytes", "counter"),
+        ("last_test_timestamp_seconds", "gauge"), ("served_last_hour_bytes", "gauge"),
+        ("hourly_budget_bytes", "gauge")))
 
     def __init__(self, snapshot: Callable[[], Optional[ResponderSnapshot]]) -> None:
         self._snapshot = snapshot
@@ -39,7 +45,9 @@ class ResponderView:
         yield tests
         refused = CounterMetricFamily(f"{NS}_responder_refused", "Tests refused, by reason: not_allowed "
                                       "(source outside the allow list), busy, rate_limited (max_tests_per_hour), "
-                                      "duration, streams, bytes (over the caps), unsupported.",
+                                      "duration, streams, bytes (over the caps), unsupported; and, answered as "
+                                      "busy, credit_floor, would_cross_floor (this host's credit under "
+                                      "credit_floor, now or after the test), budget (hourly serving budget).",
                                       labels=["reason"])
         for reason, n in sorted(snap.refused.items()):
             refused.add_metric([reason], n)
@@ -59,3 +67,13 @@ class ResponderView:
         yield nbytes
         yield GaugeMetricFamily(f"{NS}_responder_last_test_timestamp_seconds", "Unix time the last test ended "
                                 "(0: none yet).", value=snap.last_test_timestamp)
+        served = GaugeMetricFamily(f"{NS}_responder_served_last_hour_bytes", "Test payload bytes served in the "
+                                   "last sliding hour (in = received, out = sent; a running test counts as it "
+                                   "goes): what the hourly budget counts.", labels=["direction"])
+        for direction in ("in", "out"):
+            served.add_metric([direction], snap.served_last_hour.get(direction, 0))
+        yield served
+        if snap.hourly_budget_bytes is not None:
+            yield GaugeMetricFamily(f"{NS}_responder_hourly_budget_bytes", "Most bytes served per direction in "
+                                    "any sliding hour, all sources together ([responder] hourly_budget_bytes).",
+                                    value=snap.hourly_budget_bytes)

@@ -62,7 +62,34 @@ def build_status(samples: list[Sample]) -> dict[str, Any]:
     doc["probes"] = [{"peer": s.labels.get("peer"), "direction": s.labels.get("direction"),
                       "bytes_per_second": s.value}
                      for s in _find(samples, "burstwatch_probe_throughput_bytes_per_second")]
+    doc["responder"] = _responder(samples)
     return doc
+
+
+def _responder(samples: list[Sample]) -> Optional[dict[str, Any]]:
+    """The responder's serving in the last hour against its budget, and its refusals by reason (None when
+    the daemon runs no responder)."""
+    listening = _val(samples, "burstwatch_responder_listening")
+    if listening is None:
+        return None
+    return {
+        "listening": listening == 1.0,
+        "served_last_hour_bytes": {d: _val(samples, "burstwatch_responder_served_last_hour_bytes", direction=d)
+                                   for d in ("in", "out")},
+        "hourly_budget_bytes": _val(samples, "burstwatch_responder_hourly_budget_bytes"),
+        "refused": {s.labels.get("reason", ""): int(s.value)
+                    for s in _find(samples, "burstwatch_responder_refused_total")},
+    }
+
+
+def _size(nbytes: Optional[float]) -> str:
+    """Bytes as a person reads a volume (decimal units, as AWS and the budgets are quoted)."""
+    if nbytes is None:
+        return "?"
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} B"
 
 
 def json_safe(doc: Any) -> Any:
@@ -148,4 +175,15 @@ def render_text(doc: dict[str, Any]) -> str:
                 lines.append(f"    {c['status']:<4} {c['check']} {c['interface'] or ''}")
     for p in doc["probes"]:
         lines.append(f"  probe {p['peer']} {p['direction']}: {_gbit(p['bytes_per_second'])}")
+    r = doc.get("responder")
+    if r:
+        served = r["served_last_hour_bytes"]
+        budget = r["hourly_budget_bytes"]
+        line = (f"  responder {'listening' if r['listening'] else 'NOT listening'}: served in the last hour "
+                f"in {_size(served['in'])}, out {_size(served['out'])}")
+        if budget is not None:
+            line += f" (budget {_size(budget)} each)"
+        refused = {k: v for k, v in sorted(r["refused"].items()) if v}
+        line += "; refused " + (", ".join(f"{k} {v}" for k, v in refused.items()) if refused else "none")
+        lines.append(line)
     return "\n".join(lines)

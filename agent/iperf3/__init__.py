@@ -1,4 +1,4 @@
-"""The iperf3-compatible probe engine: client (`run_probe`), responder (server.Responder) and JSON report."""
+"""The iperf3-compatible probe engine: protocol, streams, sockets, client (`run_probe`) and JSON report."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from agent.iperf3 import protocol as p
 from agent.iperf3.report import Cpu, StartInfo, StreamRecord, build_document
+from agent.iperf3.sockets import connect_data, make_streams
 from agent.iperf3.streams import ByteBudget, CpuMeter, Stream, StreamSettings
 from agent.iperf3.tcpinfo import congestion_control
 
@@ -93,14 +94,15 @@ def run_probe(req: ProbeRequest) -> dict[str, Any]:
     raise AssertionError("unreachable")
 
 
-def _read_reason(ctrl: p.Control) -> Optional[str]:
-    """A burstwatch responder's optional explanation after a refusal (iperf3 servers send none)."""
+def _read_reason(ctrl: p.Control) -> tuple[Optional[str], bool]:
+    """A burstwatch responder's optional explanation after a refusal (iperf3 servers send none), and
+    whether it says the refusal is temporary ("busy": try again later)."""
     try:
         msg = ctrl.recv_message(timeout=1.0, limit=p.MAX_REASON_MESSAGE)
     except (p.ProtocolError, struct.error):
-        return None
+        return None, False
     reason = msg.get(p.REASON_KEY)
-    return str(reason)[:500] if reason else None
+    return (str(reason)[:500] if reason else None), msg.get(p.BUSY_KEY) is True
 
 
 HANDSHAKE_ATTEMPTS = 3
@@ -112,6 +114,7 @@ class _ClientTest:
         self.req = req
         self.peer = peer
         self.ctrl: Optional[p.Control] = None
+        self.socks: list[socket.socket] = []    # data connections, until they become streams
         self.streams: list[Stream] = []
         self.records: list[StreamRecord] = []
         self.cookie = p.make_cookie()
@@ -133,7 +136,9 @@ class _ClientTest:
         except p.ProtocolError as exc:
             raise self.fail(str(exc)) from None
         if state == p.ACCESS_DENIED:
-            reason = _read_reason(self.ctrl)
+            reason, busy = _read_reason(self.ctrl)
+            if reason and busy:
+                raise self.fail(f"the server is busy: {reason}", "busy")
             if reason:
                 raise self.fail(f"access denied: {reason}", "refused")
             raise self.fail("the server is busy running a test (or refused us: access denied)", "busy")
@@ -142,7 +147,7 @@ class _ClientTest:
                 code, err = struct.unpack("!ii", self.ctrl.recv_exact(8, 2.0))
             except p.ProtocolError:
                 code, err = 0, 0
-            reason = _read_reason(self.ctrl)
+            reason, _ = _read_reason(self.ctrl)
             text = p.describe_error(code, err) if code else "server error"
             raise self.fail(f"server error: {reason or text}", "refused" if reason else "server_error")
         if state == p.SERVER_TERMINATE:
@@ -186,26 +191,16 @@ class _ClientTest:
         detail = "timed out" if isinstance(last, socket.timeout) else (last.strerror if last else "no address")
         raise self.fail(f"cannot connect: {detail}", "connect")
 
-    def connect_stream(self, sid: int, sender: bool, settings: StreamSettings, budget: ByteBudget) -> Stream:
+    def connect_stream(self, sid: int) -> socket.socket:
         req = self.req
         try:
-            if req.udp:
-                sock = socket.socket(self.family, socket.SOCK_DGRAM)
-                sock.settimeout(req.connect_timeout)
-                sock.connect(self.server_addr)
-                sock.send(p.UDP_CONNECT_MSG)
-                sock.recv(64)  # the server's UDP_CONNECT_REPLY (any content: older servers differ)
-            else:
-                sock = socket.socket(self.family, socket.SOCK_STREAM)
-                sock.settimeout(req.connect_timeout)
-                sock.connect(self.server_addr)
-                sock.sendall(self.cookie)
+            return connect_data(self.family, self.server_addr, udp=req.udp, cookie=self.cookie,
+                                timeout=req.connect_timeout)
         except socket.timeout:
             raise self.fail(f"stream {sid}: no answer from the server within {req.connect_timeout:g}s",
                             "timeout") from None
         except OSError as exc:
             raise self.fail(f"stream {sid}: cannot connect: {exc.strerror or exc}", "stream") from None
-        return Stream(sid, sock, sender=sender, udp=req.udp, settings=settings, budget=budget, label="c")
 
     def check_control(self) -> None:
         """During the test the server speaks only to abort; read what it says and raise."""
@@ -256,7 +251,9 @@ class _ClientTest:
         settings = StreamSettings(rate=params.bandwidth, blksize=params.blksize)
         budget = ByteBudget(None)
         for sid in p.stream_ids(req.streams):
-            self.streams.append(self.connect_stream(sid, local_sender, settings, budget))
+            self.socks.append(self.connect_stream(sid))
+        self.streams = make_streams(self.socks, sender=local_sender, udp=req.udp, settings=settings,
+                                    budget=budget, label="c")
 
         self.expect((p.TEST_START,), setup, "TEST_START")
         self.expect((p.TEST_RUNNING,), setup, "TEST_RUNNING")
@@ -368,6 +365,9 @@ class _ClientTest:
     def cleanup(self) -> None:
         for s in self.streams:
             s.close()
+        if not self.streams:
+            for sock in self.socks:
+                sock.close()
         if self.ctrl is not None:
             try:
                 self.ctrl.sock.close()

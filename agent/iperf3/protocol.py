@@ -128,6 +128,9 @@ MAX_RESULTS_MESSAGE = 16 * 1024 * 1024
 # A burstwatch responder may follow ACCESS_DENIED / SERVER_ERROR with one framed JSON object
 # {"burstwatch_error": "..."} saying why; iperf3 clients stop reading before it and never see it.
 REASON_KEY = "burstwatch_error"
+# Set (true) beside the reason when the refusal is temporary (the responder guards its credits or its
+# hourly budget): the client should treat it as "busy" and try again later, as iperf3 clients do.
+BUSY_KEY = "burstwatch_busy"
 MAX_REASON_MESSAGE = 4096
 
 

@@ -62,3 +62,37 @@ def test_cli_when_the_daemon_is_down() -> None:
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
     assert f"the daemon does not answer at {url}" in out.stderr
+
+
+def test_responder_serving_and_refusals() -> None:
+    text = FIX.read_text() + "\n".join([
+        "# HELP burstwatch_responder_served_last_hour_bytes Test payload bytes served in the last sliding hour.",
+        "# TYPE burstwatch_responder_served_last_hour_bytes gauge",
+        'burstwatch_responder_served_last_hour_bytes{direction="in"} 2.5e+09',
+        'burstwatch_responder_served_last_hour_bytes{direction="out"} 7.0e+08',
+        "# HELP burstwatch_responder_hourly_budget_bytes Most bytes served per direction in any sliding hour.",
+        "# TYPE burstwatch_responder_hourly_budget_bytes gauge",
+        "burstwatch_responder_hourly_budget_bytes 1e+10",
+        "",
+    ])
+    text = re.sub(r'(burstwatch_responder_refused_total\{reason="busy"\}) \S+', r"\1 3.0", text)
+    text = text.replace('burstwatch_responder_refused_total{reason="busy"} 3.0',
+                        'burstwatch_responder_refused_total{reason="busy"} 3.0\n'
+                        'burstwatch_responder_refused_total{reason="credit_floor"} 2.0\n'
+                        'burstwatch_responder_refused_total{reason="budget"} 1.0')
+    doc = build_status(parse_metrics(text))
+    r = doc["responder"]
+    assert r["listening"] and r["served_last_hour_bytes"] == {"in": 2.5e9, "out": 7e8}
+    assert r["hourly_budget_bytes"] == 1e10
+    assert r["refused"]["credit_floor"] == 2 and r["refused"]["budget"] == 1 and r["refused"]["busy"] == 3
+    line = next(ln for ln in render_text(doc).splitlines() if ln.strip().startswith("responder"))
+    assert line == ("  responder listening: served in the last hour in 2.5 GB, out 700 MB (budget 10 GB each); "
+                    "refused budget 1, busy 3, credit_floor 2")
+    assert json.loads(json.dumps(json_safe(doc)))["responder"]["refused"]["credit_floor"] == 2
+
+
+def test_no_responder_no_line() -> None:
+    text = "\n".join(ln for ln in FIX.read_text().splitlines() if "burstwatch_responder_" not in ln) + "\n"
+    doc = build_status(parse_metrics(text))
+    assert doc["responder"] is None
+    assert "responder" not in render_text(doc)

@@ -15,7 +15,8 @@ from typing import Any, Iterator, Optional, Sequence
 import pytest
 
 from agent.config import ResponderConfig
-from agent.responder.server import Responder, Timeouts
+from agent.responder.server import Responder
+from agent.responder.session import Timeouts
 
 # Short protocol timeouts so abuse tests take seconds, not minutes; the defaults are tested in unit tests.
 FAST = Timeouts(cookie=0.8, params=0.8, streams=2.0, stream_cookie=0.8, end_grace=2.0, send_slack=0.5,
@@ -106,12 +107,18 @@ def iperf3_json(host: str, port: int, *extra: str, netns: Optional[str] = None) 
     return doc
 
 
+# Loopback moves tens of Gbit/s: the default hourly serving budgets (sized for EC2) would turn the
+# abuse and interop tests into budget tests. Tests of the budget set their own.
+UNLIMITED_BUDGET = {"hourly_budget_bytes": 2**50, "hourly_budget_per_source_bytes": 2**50}
+
+
 @contextlib.contextmanager
-def responder(allow: Sequence[str] = ("127.0.0.0/8",), timeouts: Timeouts = FAST,
-              **caps: Any) -> Iterator[Responder]:
-    """An in-process responder on a free loopback port; `caps` override ResponderConfig fields."""
-    cfg = ResponderConfig(listen=caps.pop("listen", "127.0.0.1:0"), **caps)
-    r = Responder(cfg, list(allow), timeouts=timeouts)
+def responder(allow: Sequence[str] = ("127.0.0.0/8",), timeouts: Timeouts = FAST, credits: Any = None,
+              profile: Any = None, **caps: Any) -> Iterator[Responder]:
+    """An in-process responder on a free loopback port; `caps` override ResponderConfig fields (the hourly
+    budgets are unlimited unless given); `credits` and `profile` are the credit guard's sources."""
+    cfg = ResponderConfig(listen=caps.pop("listen", "127.0.0.1:0"), **{**UNLIMITED_BUDGET, **caps})
+    r = Responder(cfg, list(allow), timeouts=timeouts, credits=credits, profile=profile)
     r.start()
     assert r.stats.listening, "responder failed to bind"
     try:

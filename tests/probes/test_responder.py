@@ -16,14 +16,8 @@ from agent.config import ResponderConfig
 from agent.exporters.responder import ResponderView
 from agent.iperf3 import ProbeError, ProbeRequest, run_probe
 from agent.iperf3 import protocol as p
-from agent.responder.server import (
-    RateLimiter,
-    Refused,
-    Timeouts,
-    check_caps,
-    is_allowed,
-    resolve_allow,
-)
+from agent.responder.policy import RateLimiter, Refused, check_caps, is_allowed, resolve_allow
+from agent.responder.session import Timeouts
 from tests.probes.iperf3_helpers import iperf3_bin, iperf3_client, responder, wait_until
 
 # -- pure parts ----------------------------------------------------------------------------------------

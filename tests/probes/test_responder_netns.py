@@ -30,17 +30,21 @@ def probe_from(lab: Lab, ns: str, target: str) -> dict:
     return {"rc": proc.returncode, "doc": json.loads(proc.stdout), "stderr": proc.stderr}
 
 
-def test_only_allowed_networks_may_test(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_allowed_networks_may_test(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     require_root_tools("ip", "iperf3")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    # An unshaped veth moves tens of Gbit/s: lift the hourly serving budget, which is not tested here.
+    conf = tmp_path / "responder.toml"
+    conf.write_text("[responder]\nhourly_budget_bytes = 1125899906842624\n"
+                    "hourly_budget_per_source_bytes = 1125899906842624\n")
     with Lab() as lab:
         a, b, c = lab.host("a"), lab.host("b"), lab.host("c")
         lab.link(a, b, "10.77.1.1/24", "10.77.1.2/24")
         lab.link(a, c, "10.77.2.1/24", "10.77.2.2/24")
-        code = textwrap.dedent("""
+        code = textwrap.dedent(f"""
             import argparse, sys
             from agent.commands import probe as cli
-            sys.exit(cli.cmd_responder(argparse.Namespace(config=None, listen="0.0.0.0:5201",
+            sys.exit(cli.cmd_responder(argparse.Namespace(config={str(conf)!r}, listen="0.0.0.0:5201",
                                                           allow=["10.77.1.0/24"])))
         """)
         resp = lab.popen(a, sys.executable, "-c", code, text=True)

@@ -1,0 +1,189 @@
+"""What the responder lets in (pure, no sockets): allow list, caps, tests per hour, credit floor and budget."""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import logging
+import threading
+import time
+from typing import Callable, Mapping, Optional, Sequence, Union
+
+from agent.config import ResponderConfig
+from agent.iperf3 import protocol as p
+from agent.models.probe_cost import below_floor, crosses_floor, expected_test_bytes, over_budget
+from agent.models.units import DIRECTIONS
+
+log = logging.getLogger(__name__)
+
+Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+LOOPBACK = ("127.0.0.0/8", "::1/128")
+
+
+def parse_allow(items: Sequence[Union[str, Network]]) -> list[Network]:
+    return [ipaddress.ip_network(i, strict=False) if isinstance(i, str) else i for i in items]
+
+
+def resolve_allow(configured: Optional[Sequence[str]], vpc_cidrs: Callable[[], Sequence[str]]) -> list[Network]:
+    """The allow list in force: `[responder] allow` when set; else the VPC's CIDRs (from IMDS, via
+    `vpc_cidrs`); else loopback only (docs/probes.md, "The responder"). A failing `vpc_cidrs` means
+    loopback, logged."""
+    if configured is not None:
+        return parse_allow(list(configured))
+    try:
+        cidrs = list(vpc_cidrs())
+    except Exception as exc:
+        log.warning("responder: cannot learn the VPC's CIDRs (%s); allowing loopback only", exc)
+        cidrs = []
+    if cidrs:
+        return parse_allow(cidrs)
+    return parse_allow(list(LOOPBACK))
+
+
+def client_ip(addr: str) -> Optional[Union[ipaddress.IPv4Address, ipaddress.IPv6Address]]:
+    """A peer's address as the policy sees it; None when it is not an IP address."""
+    try:
+        ip = ipaddress.ip_address(addr.split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped  # a dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d
+    return ip
+
+
+def is_allowed(addr: str, allow: Sequence[Network]) -> bool:
+    ip = client_ip(addr)
+    return ip is not None and any(ip.version == n.version and ip in n for n in allow)
+
+
+def valid_cookie(cookie: bytes) -> bool:
+    """iperf3 cookies are 36 printable characters and a NUL; anything else is not an iperf3 client."""
+    return len(cookie) == p.COOKIE_SIZE and cookie[-1] == 0 and all(0x21 <= b <= 0x7E for b in cookie[:-1])
+
+
+class Refused(Exception):
+    """A test the responder will not run: `reason` is a stats.REFUSAL_REASONS label, str() the explanation.
+    `busy` refusals are answered with ACCESS_DENIED (iperf3 clients print "busy" and may retry later),
+    the others with SERVER_ERROR and `code`."""
+
+    def __init__(self, reason: str, message: str, code: int = p.IEAUTHTEST, busy: bool = False) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.code = code
+        self.busy = busy
+
+
+def check_caps(params: p.TestParams, cfg: ResponderConfig) -> None:
+    """Raise Refused when the parameters ask for more than `[responder]` allows. Over-long or too-wide
+    tests are refused, not clamped: iperf3 clients end a test by their own clock, so a clamped test would
+    report a rate over the wrong duration."""
+    if params.protocol not in ("tcp", "udp"):
+        raise Refused("unsupported", f"protocol {params.protocol} is not supported (TCP and UDP are)", p.IEPROTOCOL)
+    if params.bidirectional:
+        raise Refused("unsupported", "bidirectional tests are not supported (run one each way)")
+    if params.num_streams > cfg.max_streams:
+        raise Refused("streams", f"{params.num_streams} streams exceed max_streams {cfg.max_streams}")
+    if params.duration == 0 and not params.bytes and not params.blocks:
+        raise Refused("duration", f"an open-ended test (time 0 without a byte or block count) exceeds "
+                      f"max_duration {cfg.max_duration:g}s")
+    if params.duration + params.omit > cfg.max_duration:
+        raise Refused("duration", f"{params.duration + params.omit}s (time + omit) exceeds max_duration "
+                      f"{cfg.max_duration:g}s")
+    limit = params.bytes or params.blocks * params.blksize
+    if limit > cfg.max_bytes:
+        raise Refused("bytes", f"{limit} bytes exceed max_bytes {cfg.max_bytes}")
+    if params.protocol == "udp":
+        if not 16 <= params.blksize <= p.MAX_UDP_BLKSIZE:
+            raise Refused("unsupported", f"UDP block size {params.blksize} is not 16..{p.MAX_UDP_BLKSIZE}",
+                          p.IEUDPBLOCKSIZE)
+        # UDP goes at the asked rate whatever the receiver does, so its volume is known in advance.
+        planned = params.bandwidth / 8 * params.num_streams * (params.duration or cfg.max_duration)
+        if planned > cfg.max_bytes:
+            raise Refused("bytes", f"{params.num_streams} x {params.bandwidth} bit/s for "
+                          f"{params.duration or cfg.max_duration:g}s is {planned:.0f} bytes, over max_bytes "
+                          f"{cfg.max_bytes}")
+    elif not 1 <= params.blksize <= p.MAX_TCP_BLKSIZE:
+        raise Refused("unsupported", f"block size {params.blksize} is not 1..{p.MAX_TCP_BLKSIZE}", p.IEBLOCKSIZE)
+
+
+class RateLimiter:
+    """At most `per_hour` tests per source address in any sliding hour."""
+
+    def __init__(self, per_hour: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_hour = per_hour
+        self.clock = clock
+        self._seen: dict[str, collections.deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def allow(self, source: str) -> bool:
+        """Record a test from `source` and say whether it is within the limit (refusals are not recorded)."""
+        now = self.clock()
+        with self._lock:
+            for key in [k for k, q in self._seen.items() if not q or q[-1] <= now - 3600]:
+                del self._seen[key]
+            q = self._seen.setdefault(source, collections.deque())
+            while q and q[0] <= now - 3600:
+                q.popleft()
+            if len(q) >= self.per_hour:
+                return False
+            q.append(now)
+            return True
+
+
+# -- the credit guard: serving spends this host's own buckets (docs/probes.md, "Credit guard") ------------
+
+def drained_directions(params: p.TestParams) -> tuple[str, ...]:
+    """The buckets of this host a test drains: with -R the responder sends (outbound), otherwise it
+    receives (inbound); --bidir both. AWS keeps one bucket per direction (docs/ec2-network-facts.md, "Bandwidth")."""
+    if params.bidirectional:
+        return DIRECTIONS
+    return ("out",) if params.reverse else ("in",)
+
+
+def expected_bytes(params: p.TestParams, peak_bytes_per_second: Optional[float],
+                   cfg: ResponderConfig) -> Optional[float]:
+    """What the test is expected to move in each direction it drains, reckoned as the probe scheduler
+    does (agent.models.probe_cost): its length (time + omit) x this size's peak, or the client's -b / -n
+    when smaller, and never more than max_bytes (the run-time cap). None when nothing bounds it: no
+    known peak and no limit from the client."""
+    length = (params.duration + params.omit) or cfg.max_duration
+    asked = params.bytes or params.blocks * params.blksize
+    expected = expected_test_bytes(length, peak_bytes_per_second, bitrate_bits_per_second=params.bandwidth,
+                                   streams=params.num_streams, nbytes=asked)
+    return min(expected, float(cfg.max_bytes)) if expected is not None else None
+
+
+def credit_refusal(params: p.TestParams, credits: Mapping[str, tuple[float, float]],
+                   expected: Optional[float], floor: float) -> Optional[Refused]:
+    """Refused (busy) when a bucket the test would drain holds less than `floor` of its size, or when the
+    test's expected bytes would by themselves take it below; None to serve. `credits` holds only the
+    directions with a known bucket (probe_cost.credit_state): a credit-blind host is never refused here."""
+    drained = [d for d in drained_directions(params) if d in credits]
+    for d in drained:
+        remaining, bucket = credits[d]
+        if below_floor(remaining, bucket, floor):
+            return Refused("credit_floor", f"this host's {d}bound burst credit is at {remaining / bucket:.0%} "
+                           f"of its bucket, under the responder's credit_floor {floor:g}", busy=True)
+    if expected is not None:
+        for d in drained:
+            remaining, bucket = credits[d]
+            if crosses_floor(remaining, bucket, expected, floor):
+                return Refused("would_cross_floor", f"the test's expected {expected:.0f} bytes would take this "
+                               f"host's {d}bound burst credit from {remaining / bucket:.0%} of its bucket to "
+                               f"under the responder's credit_floor {floor:g}", busy=True)
+    return None
+
+
+def budget_refusal(params: p.TestParams, expected: Optional[float], used: Mapping[str, float],
+                   used_by_source: Mapping[str, float], cfg: ResponderConfig) -> Optional[Refused]:
+    """Refused (busy) when the bytes served in the last hour plus the test's expected ones would exceed
+    the hourly budget of a direction it drains, for all sources together or for this source; None to serve."""
+    for d in drained_directions(params):
+        for spent, budget, whose in ((used.get(d, 0.0), cfg.hourly_budget_bytes, "all sources"),
+                                     (used_by_source.get(d, 0.0), cfg.hourly_budget_per_source_bytes,
+                                      "this source")):
+            if over_budget(spent, expected, budget):
+                need = f" + {expected:.0f} expected" if expected else ""
+                return Refused("budget", f"{spent:.0f} bytes served {d} to {whose} in the last hour{need} "
+                               f"exceed the responder's hourly budget of {budget} bytes", busy=True)
+    return None
