@@ -40,9 +40,10 @@ class CreditTracker:
     def _new_estimator(self, profile: BandwidthProfile) -> CreditEstimator:
         learnable = self._learnable(profile)
         if not profile.bursts:
-            return CreditEstimator(profile.baseline_bytes_per_second, None, profile.bucket_source, learn=learnable)
+            return CreditEstimator(profile.baseline_bytes_per_second, None, profile.bucket_source, learn=learnable,
+                                   forecast_window=self.cfg.forecast_window)
         est = CreditEstimator(profile.baseline_bytes_per_second, profile.bucket_bytes, profile.bucket_source,
-                              learn=learnable)
+                              learn=learnable, forecast_window=self.cfg.forecast_window)
         learned = self.store.learned_for(profile.instance_type)
         if learned and learnable:
             est.restore({d: {**v, "bucket_source": "learned", "deficit": 0.0} for d, v in learned.items()})
@@ -60,6 +61,7 @@ class CreditTracker:
         shaping source's keys are marked restart-only in the config."""
         self.cfg = cfg
         self.estimator.learn = self._learnable(self.profile)
+        self.estimator.set_forecast_window(cfg.forecast_window)
 
     # -- per sample ------------------------------------------------------------------------------
     def step(self, now: float, deltas: dict[str, InterfaceDelta], tracker: CounterTracker,

@@ -51,6 +51,14 @@ class CreditView:
             "exhausted": GaugeMetricFamily(f"{NS}_credit_exhausted", "1 while the shaper holds traffic at the "
                                            "baseline (bucket empty, confirmed by the shaping signal).",
                                            labels=["direction"]),
+            "exhaustion_trend": GaugeMetricFamily(f"{NS}_credit_exhaustion_trend_seconds", "Forecast seconds "
+                                                  "until the bucket is empty at the net spend rate over the "
+                                                  "last forecast_window (bursts and pauses together); +Inf "
+                                                  "when not draining.", labels=["direction"]),
+            "refill_trend": GaugeMetricFamily(f"{NS}_credit_refill_trend_seconds", "Forecast seconds until "
+                                              "the bucket is full at the net rate over the last "
+                                              "forecast_window; +Inf when not refilling.",
+                                              labels=["direction"]),
         }
         learned = CounterMetricFamily(f"{NS}_credit_bucket_learned", "Times the bucket size was corrected "
                                       "from observed shaping.", labels=["direction"])
@@ -63,9 +71,11 @@ class CreditView:
                 g["bucket"].add_metric([d], r.bucket_bytes)
                 g["refill"].add_metric([d], r.refill_seconds)
                 g["exhausted"].add_metric([d], 1.0 if r.exhausted else 0.0)
+                g["refill_trend"].add_metric([d], r.refill_trend_seconds)
                 learned.add_metric([d], r.learned_count)
                 binfo.add_metric([d, r.bucket_source, r.learn_method], 1)
             g["exhaustion"].add_metric([d], r.exhaustion_seconds)
+            g["exhaustion_trend"].add_metric([d], r.exhaustion_trend_seconds)
             g["shaped"].add_metric([d], 1.0 if r.shaped else 0.0)
         yield from g.values()
         yield learned
