@@ -42,7 +42,7 @@ def _opt(default: Any, doc: str, *, lo: float | None = None, hi: float | None = 
 
 def check_hostport(value: str) -> str | None:
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         return f"{value!r} is not host:port with a port from 1 to 65535"
     if host.startswith("[") != host.endswith("]"):
         return f"{value!r} has an unbalanced IPv6 bracket"
@@ -69,7 +69,7 @@ def check_peers(value: list[str]) -> str | None:
         host, sep, port = item.rpartition(":")
         if sep and not host.endswith("]") and ":" in host:
             continue  # bare IPv6 address
-        if sep and (not port.isdigit() or not 0 < int(port) < 65536):
+        if sep and (not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536):
             return f"peer {item!r} has an invalid port"
         if not (host if sep else item).strip("[]"):
             return f"peer {item!r} has no host"
@@ -237,7 +237,11 @@ class CreditsConfig:
     learn: bool = _opt(True, "correct the bucket size from observed exhaustions")
     trust_configured_bucket: bool = _opt(True, "keep instance.bandwidth.burst_bucket_gbit fixed; false makes it "
                                          "a starting estimate that learning may correct")
-    save_interval: float = _opt(5.0, "seconds between state saves", lo=0.5, hi=3600.0)
+    # The state is also saved whenever the estimate has moved by 1 % of the bucket (agent/credits/feed.py),
+    # so a crash loses at most about that at any time scale; this is the idle heartbeat.
+    save_interval: float = _opt(5.0, "longest seconds between state saves; the state is also saved whenever the "
+                                "estimate has moved by 1 % of the bucket since the last save (at most once per "
+                                "sample)", lo=0.5, hi=3600.0)
     # 60 s: a fifth of the shortest EC2 drain (r4.large, ~295 s), several cycles of bursty traffic; the
     # reasoning is at DEFAULT_FORECAST_WINDOW in agent/models/credit_model.py and in docs/credits.md.
     forecast_window: float = _opt(60.0, "seconds of history the trend forecast "
@@ -258,6 +262,12 @@ class CloudWatchConfig:
     include: list[str] = _opt(None, "metric names to publish beyond the default set", factory=list)
     dimensions: dict[str, str] = _opt(None, "extra dimensions added to every datum", factory=dict)
     backlog: int = _opt(10000, "datapoints kept while CloudWatch is unreachable", lo=0, hi=1_000_000)
+    spool: bool = _opt(True, "keep the backlog in <state_dir>/spool/cloudwatch too, so a restart or a crash "
+                       "during an outage loses nothing (replayed in order at start)")
+    spool_max_batches: int = _opt(1440, "most flushes kept in the spool, one file each (a day of 60 s "
+                                  "periods); the oldest go first", lo=1, hi=1_000_000)
+    spool_max_bytes: int = _opt(16 * 2**20, "most bytes the spool keeps on disk; the oldest go first",
+                                lo=4096, hi=2**34)
 
 
 @dataclass(frozen=True)
@@ -291,6 +301,11 @@ class ProbeArchiveConfig:
     endpoint_url: Optional[str] = _opt(None, "S3 endpoint (default: AWS)", check=check_url)
     backlog: int = _opt(500, "probe documents kept in memory while S3 is unreachable (oldest dropped first)",
                         lo=1, hi=100000)
+    spool: bool = _opt(True, "keep the backlog in <state_dir>/spool/probe-archive too, so a restart or a crash "
+                       "during an outage loses nothing (replayed in order at start)")
+    spool_max_objects: int = _opt(500, "most documents kept in the spool; the oldest go first", lo=1, hi=100000)
+    spool_max_bytes: int = _opt(64 * 2**20, "most bytes the spool keeps on disk; the oldest go first",
+                                lo=4096, hi=2**34)
 
 
 @dataclass(frozen=True)

@@ -112,10 +112,11 @@ def parse_ethtool_S(text: str) -> dict[str, int]:
         value = value.strip()
         if not sep or not name.strip():
             continue
-        try:
-            out[name.strip()] = int(value)
-        except ValueError:
-            continue  # a non-numeric line (e.g. driver-specific text) is not a statistic
+        # ethtool prints every statistic as %llu (at most 20 digits): anything else is not a statistic,
+        # be it driver-specific text or what int() would also take ("-1", "1_000", non-ASCII digits).
+        if not (value.isascii() and value.isdigit()) or len(value) > 20:
+            continue
+        out[name.strip()] = int(value)
     return out
 
 
@@ -138,7 +139,9 @@ def parse_ethtool_i(text: str) -> DriverInfo:
 
 
 def _num(value: str) -> int:
-    return int(value) if value.isdigit() else 0  # "n/a" (newer ethtool) and 0 mean the same
+    # "n/a" (newer ethtool) and 0 mean the same; isdigit() alone is also true for "²", which int() refuses.
+    # Sizes are u32s (at most 10 digits); a longer run of digits would also make int() raise ValueError.
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 10 else 0
 
 
 def _two_sections(text: str, header: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -146,21 +149,22 @@ def _two_sections(text: str, header: str) -> tuple[dict[str, str], dict[str, str
     maxima: dict[str, str] = {}
     current: dict[str, str] = {}
     target: Optional[dict[str, str]] = None
+    found = False
     for line in _lines(text):
         s = line.strip()
         low = s.lower()
         if low.startswith(header):
             continue
         if low.startswith("pre-set maximums"):
-            target = maxima
+            target, found = maxima, True
             continue
         if low.startswith("current hardware settings"):
-            target = current
+            target, found = current, True
             continue
         key, sep, value = s.partition(":")
         if sep and target is not None:
             target[key.strip().lower()] = value.strip()
-    if not maxima and not current:
+    if not found:  # a section without lines (every size unknown) is still ethtool's answer
         raise ValueError(f"no '{header}' sections found")
     return maxima, current
 
