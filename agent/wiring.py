@@ -5,19 +5,25 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from agent import config as configmod
 from agent.checks.runner import CheckRunner, subprocess_executor
 from agent.credits.feed import CreditTracker
-from agent.discovery import InstanceInfo, discover, profile_for
+from agent.discovery import EniWatcher, InstanceInfo, discover, eni_watcher, profile_for
 from agent.exporters.checks import CheckView
 from agent.exporters.credit_view import CreditView
 from agent.exporters.ena import EnaView
 from agent.exporters.instance import InstanceView
 from agent.exporters.prometheus import BuildInfoView, ReloadState, SamplerView
+from agent.exporters.state import StateView
+from agent.models.catalogue import forget_catalogue
 from agent.models.profile import BandwidthProfile
 from agent.readers.ethtool import IoctlEthtoolReader
+from agent.readers.imds import Eni
+from agent.readers.spool import Spool, SpoolStats
+from agent.readers.statefile import WRITE_ERRORS
 from agent.sampling.ethtool import EthtoolCollector
 from agent.sampling.netdev import NetdevCollector
 from agent.sampling.pipeline import Sampler, Snapshot
@@ -125,9 +131,13 @@ def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
     a = Agent(cfg, paths)
     a.instance = discover(cfg, sysfs=paths.sysfs, isolate_api=True)
     a.profile = a.instance.profile
+    forget_catalogue()          # read again only if a reload changes the type
     a.interfaces = resolve_interfaces(cfg, a.discovered_interfaces)
+    watcher = _watch_enis(a)
 
     def interfaces() -> list[str]:
+        if watcher is not None:
+            watcher.poll()   # one listdir per sample: ENIs attached or detached while running
         return a.interfaces
 
     # The sampling pipeline: netdev -> ethtool -> shaping -> credits, in Sampler.step's one order.
@@ -161,8 +171,29 @@ def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
         a.views.append(CloudWatchView(a.cloudwatch.stats))
         # Added last so it is stopped first and gets most of the shutdown budget to flush.
         a.services.append(a.cloudwatch)
+    a.views.append(StateView(WRITE_ERRORS.snapshot, lambda: _spool_stats(a)))
     a.sections = _reload_handlers(a)
     return a
+
+
+def _watch_enis(a: Agent) -> Optional[EniWatcher]:
+    """The monitored set follows ENIs attached or detached while running, when it comes from IMDS."""
+    if a.instance is None:
+        return None
+
+    def changed(enis: list[Eni], interfaces: list[str], eni_interfaces: dict[str, str]) -> None:
+        assert a.instance is not None
+        a.instance = dataclasses.replace(a.instance, enis=enis, interfaces=interfaces,
+                                         eni_interfaces=eni_interfaces)
+        if not a.cfg.interfaces:           # a reload may have named interfaces since
+            a.interfaces = list(interfaces)
+
+    return eni_watcher(a.cfg, a.instance, changed, a.paths.sysfs, min_poll=a.cfg.sample_interval / 2)
+
+
+def _spool_stats(a: Agent) -> list[SpoolStats]:
+    spools = [getattr(a.cloudwatch, "spool", None), getattr(getattr(a.probes, "archive", None), "spool", None)]
+    return [s.stats() for s in spools if s is not None]
 
 
 def _reload_handlers(a: Agent) -> dict[str, Callable[[Any], None]]:
@@ -237,6 +268,11 @@ def _probes(a: Agent) -> None:
                                    credits=a.latest_credits, profile=lambda: a.profile,
                                    # A probe while the responder serves a test would measure the two competing.
                                    busy=a.responder_busy, instance=a.instance)
+    arc = a.cfg.probe.archive
+    if a.probes.archive is not None and arc.spool:
+        # Objects waiting for S3 survive a restart (the next start uploads them first).
+        a.probes.archive.use_spool(Spool(Path(a.cfg.state_dir) / "spool" / "probe-archive", "probe-archive",
+                                         arc.spool_max_objects, arc.spool_max_bytes))
     a.services.append(a.probes)
     a.views.append(ProbesView(a.probes.snapshot))
 
@@ -264,4 +300,4 @@ def _cloudwatch(a: Agent) -> Any:
         autoscaling_group=(lambda: autoscaling_group_name(
             iid, imds_get, lambda: aws.client("ec2", region, ec2_url))) if iid else None,
         checks=(lambda: checks.state.verdicts) if checks is not None else None,
-        probes=a.probe_results)
+        probes=a.probe_results, spool_dir=Path(a.cfg.state_dir) / "spool" / "cloudwatch")

@@ -156,6 +156,12 @@ def load_catalogue(path: Optional[str] = None) -> dict[str, TypeEntry]:
     return _load(str(path or DEFAULT_PATH))[1]
 
 
+def forget_catalogue() -> None:
+    """Drop the parsed catalogue (847 types, ~0.6 MiB of objects): the daemon needs it at start-up and
+    on a reload that changes the type, not resident in between."""
+    _load.cache_clear()
+
+
 def catalogue_source(path: Optional[str] = None) -> str:
     """Which data the catalogue was generated from (its header's "source")."""
     return _load(str(path or DEFAULT_PATH))[0]
