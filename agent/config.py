@@ -452,6 +452,9 @@ def _build(cls: type, table: dict[str, Any], prefix: str, where: str) -> Any:
 
 
 def _cross_check(cfg: Config, where: str) -> None:
+    problem = cfg.metrics.cross_check()
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
     if cfg.probe.archive.enabled and not cfg.probe.archive.bucket:
         raise ConfigError(f"{where}: key 'probe.archive.bucket' is required when probe.archive.enabled = true")
     bw = cfg.instance.bandwidth

@@ -51,6 +51,8 @@ class Daemon:
         """Re-read the config file; on any error keep the running config and say so in a metric."""
         try:
             new = configmod.load(self.config_path)
+            if self.server is not None and new.metrics != self.cfg.metrics:
+                self.server.reconfigure(new.metrics)   # certificates, users, limits: read again now
         except configmod.ConfigError as exc:
             log.error("config reload failed, keeping the running config: %s", exc)
             self.reload_state.successful = 0.0
@@ -69,7 +71,7 @@ class Daemon:
     def setup(self) -> Agent:
         self.agent = a = build(self.cfg, self.config_path, self.paths, self.reload_state)
         host, port = configmod.split_hostport(self.cfg.metrics.listen)
-        self.server = MetricsServer(host, port, build_registry(a.views))
+        self.server = MetricsServer(host, port, build_registry(a.views), config=self.cfg.metrics, generation=a.latest)
         return a
 
     def status_line(self, snap: Snapshot) -> str:

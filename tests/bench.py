@@ -79,7 +79,11 @@ allow = ["127.0.0.0/8"]
 enabled = false
 """)
     cfg.write_text(cfg.read_text())
-    bw = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(cfg)], cwd=ROOT,
+    # Run as the packages run it (packaging/bin/burstwatch): the system python3 in isolated mode with the
+    # agent on sys.path, on Debian's own libraries; a venv's site handling adds ~2 MiB that no install has.
+    launcher = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from agent.cli import main; "
+                "sys.exit(main())")
+    bw = subprocess.Popen(["/usr/bin/python3", "-I", "-c", launcher, "run", "--config", str(cfg)], cwd=ROOT,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ne = subprocess.Popen([exporter, "--collector.disable-defaults", "--collector.netdev", "--collector.ethtool",
                            "--web.listen-address=127.0.0.1:19100"],
@@ -88,7 +92,12 @@ enabled = false
         urls = {"burstwatch": "http://127.0.0.1:19786/metrics", "node_exporter": "http://127.0.0.1:19100/metrics"}
         for u in urls.values():
             _wait(u)
-        time.sleep(2.0)  # past start-up
+        # Past start-up, and past the first check round: its child's CPU would otherwise land in the window.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and b"burstwatch_check_runs_total 1" not in \
+                urllib.request.urlopen(urls["burstwatch"], timeout=5).read():
+            time.sleep(0.5)
+        time.sleep(2.0)
         cpu0 = {"burstwatch": _cpu_seconds(bw.pid), "node_exporter": _cpu_seconds(ne.pid)}
         series = {}
         step_ms: list[float] = []
@@ -121,8 +130,8 @@ enabled = false
     report("burstwatch sampling step ms (max)", step_ms[-1])
     report("burstwatch series per scrape", series["burstwatch"])
     report("node_exporter series per scrape", series["node_exporter"])
-    report("cpu ratio burstwatch/node_exporter (target <= 1.0)", cpu["burstwatch"] / max(cpu["node_exporter"], 1e-9))
-    report("rss ratio burstwatch/node_exporter (target <= 2.0)", rss["burstwatch"] / max(rss["node_exporter"], 1))
+    report("cpu ratio burstwatch/node_exporter (target <= 0.7)", cpu["burstwatch"] / max(cpu["node_exporter"], 1e-9))
+    report("rss ratio burstwatch/node_exporter (target <= 1.3)", rss["burstwatch"] / max(rss["node_exporter"], 1))
     # The daemon runs its checks as a child every 300 s (path MTU every 3600 s): what one round costs.
     import resource
 
@@ -133,7 +142,7 @@ enabled = false
     round_cpu = (t1.ru_utime + t1.ru_stime) - (t0.ru_utime + t0.ru_stime)
     report("check round (child) cpu seconds", round_cpu)
     report("check round (child) peak rss MiB", t1.ru_maxrss / 1024)
-    report("cpu ratio incl. check rounds amortized (<= 1.0)",
+    report("cpu ratio incl. check rounds amortized (<= 0.7)",
            (cpu["burstwatch"] + round_cpu * seconds / 300) / max(cpu["node_exporter"], 1e-9))
 
 

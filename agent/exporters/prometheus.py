@@ -1,21 +1,23 @@
-"""Serve /metrics: custom prometheus_client collectors that render the latest snapshot, never doing I/O."""
+"""Prometheus views of the latest snapshot (never doing I/O) and /metrics, rendered once per snapshot."""
 
 from __future__ import annotations
 
+import gzip
 import logging
 import platform
-import socket
-import socketserver
 import threading
-from socketserver import ThreadingMixIn
 from typing import Any, Callable, Iterable, Optional
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.process_collector import ProcessCollector
 
 from agent import __version__
+from agent.config import MetricsConfig
+from agent.exporters.http import HttpServer, Limits, Request, Response
+from agent.exporters.webconfig import basic_auth, tls_context
 from agent.sampling.pipeline import Snapshot
 
 log = logging.getLogger(__name__)
@@ -130,52 +132,99 @@ def build_registry(views: Iterable[Any]) -> CollectorRegistry:
     return reg
 
 
-class _Handler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http %s", format % args)
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind calls socket.getfqdn(host), a reverse DNS lookup that stalls start-up for
-        # the resolver's timeout (10 s measured without DNS); the name only feeds SERVER_NAME.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
-        self.setup_environ()
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
 LANDING = b"""<html><head><title>burstwatch</title></head><body><h1>burstwatch</h1>
 <p><a href="/metrics">Metrics</a></p></body></html>"""
 
 
+def landing(req: Request, may_block: bool) -> Response:
+    return Response(200, LANDING, (("Content-Type", "text/html; charset=utf-8"),))
+
+
+_NOTHING = object()
+
+
+class Exposition:
+    """The /metrics handler: the registry rendered at most once per generation of the data.
+
+    `generation` returns a token that changes whenever the views may render differently: the daemon passes
+    the sampler's latest Snapshot, which is replaced (never mutated) once per sample. Scrapes between two
+    samples get the same bytes, rendered by the first of them; later ones cost no render and no I/O and
+    are answered from the event loop. Other services' views (probes, reloads, checks) are as of that
+    render, at most one sample interval old. Without `generation` every scrape renders, as before.
+    The bytes are prometheus_client's own encoders' (text or OpenMetrics by Accept, gzip by
+    Accept-Encoding, `name[]` filters), so the exposition is unchanged."""
+
+    def __init__(self, registry: CollectorRegistry, generation: Optional[Callable[[], object]] = None) -> None:
+        self.registry = registry
+        self.generation = generation
+        self._lock = threading.Lock()
+        # (token, {(content type, gzip): body}); replaced whole, so a reader never sees a half-filled one
+        self._cache: tuple[object, dict[tuple[str, bool], bytes]] = (_NOTHING, {})
+        self.renders = 0
+
+    def __call__(self, req: Request, may_block: bool) -> Optional[Response]:
+        encoder, content_type = choose_encoder(req.headers.get("accept", ""))
+        gz = gzip_accepted(req.headers.get("accept-encoding", ""))
+        headers: tuple[tuple[str, str], ...] = (("Content-Type", content_type),)
+        if gz:
+            headers += (("Content-Encoding", "gzip"),)
+        params = parse_qs(req.query) if req.query else {}
+        if "name[]" in params or self.generation is None:
+            if not may_block:
+                return None
+            body = encoder(self.registry.restricted_registry(params["name[]"]) if "name[]" in params  # type: ignore[arg-type]
+                           else self.registry)
+            self.renders += 1
+            return Response(200, gzip.compress(body) if gz else body, headers)
+        token, bodies = self._cache
+        cached = bodies.get((content_type, gz)) if token is self.generation() else None
+        if cached is not None:
+            return Response(200, cached, headers)
+        if not may_block:
+            return None
+        return Response(200, self._render(encoder, content_type, gz), headers)
+
+    def _render(self, encoder: Callable[[CollectorRegistry], bytes], content_type: str, gz: bool) -> bytes:
+        assert self.generation is not None
+        with self._lock:  # concurrent scrapes of a new generation wait for one render
+            token = self.generation()
+            cached_token, bodies = self._cache
+            if cached_token is not token:
+                bodies = {}
+            body = bodies.get((content_type, gz))
+            if body is None:
+                plain = bodies.get((content_type, False))
+                if plain is None:
+                    plain = encoder(self.registry)
+                    self.renders += 1
+                body = gzip.compress(plain) if gz else plain
+                self._cache = (token, {**bodies, (content_type, False): plain, (content_type, gz): body})
+            return body
+
+
 class MetricsServer:
-    """The /metrics HTTP endpoint on its own thread."""
+    """/metrics and a landing page at /, over HTTP or HTTPS with basic auth as [metrics] says; on its own
+    threads (agent/exporters/http.py)."""
 
-    def __init__(self, host: str, port: int, registry: CollectorRegistry) -> None:
-        metrics_app = make_wsgi_app(registry)
-
-        def app(environ: dict, start_response: Callable) -> Any:
-            if environ.get("PATH_INFO", "/") in ("/", ""):
-                start_response("200 OK", [("Content-Type", "text/html")])
-                return [LANDING]
-            return metrics_app(environ, start_response)
-
-        cls = _Server6 if ":" in host else _Server
-        self.httpd = make_server(host, port, app, cls, handler_class=_Handler)
-        self.port = self.httpd.server_port
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="metrics-http", daemon=True)
+    def __init__(self, host: str, port: int, registry: CollectorRegistry, *,
+                 config: Optional[MetricsConfig] = None, generation: Optional[Callable[[], object]] = None) -> None:
+        cfg = config if config is not None else MetricsConfig()
+        self.exposition = Exposition(registry, generation)
+        self.httpd = HttpServer(host, port, {"/metrics": self.exposition, "/": landing}, limits=_limits(cfg),
+                                tls=tls_context(cfg), auth=basic_auth(cfg))
+        self.port = self.httpd.port
 
     def start(self) -> None:
-        self._thread.start()
+        self.httpd.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.stop()
+
+    def reconfigure(self, config: MetricsConfig) -> None:
+        """Apply a reloaded [metrics] (listen aside): certificates, users and limits are read again and take
+        effect for new connections. Raises ConfigError, naming the key, and keeps the old ones."""
+        self.httpd.reconfigure(_limits(config), tls_context(config), basic_auth(config))
+
+
+def _limits(cfg: MetricsConfig) -> Limits:
+    return Limits(header_timeout=cfg.header_timeout, max_connections=cfg.max_connections)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import platform
 import re
@@ -19,7 +20,7 @@ SUITE = "bookworm"
 # The .deb's Depends (packaging/debian/control) plus what pulls them in: downloaded once into the
 # cached root's apt archive, so every test run installs them for real but without the network.
 DEPENDENCIES = ["python3", "python3-pyroute2", "python3-prometheus-client", "python3-boto3",
-                "python3-systemd", "systemd", "procps"]
+                "python3-systemd", "python3-bcrypt", "systemd", "procps"]
 # What the Debian installer writes and debootstrap does not: without it, lookups of local names
 # (wsgiref's getfqdn("0.0.0.0") at bind time) go to DNS and stall start-up for the resolver timeout.
 ETC_HOSTS = "127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
@@ -99,7 +100,9 @@ def base_tarball() -> Path:
     ignore = CACHE.parent / ".gitignore"
     if not ignore.exists():  # the cache never gets committed, whatever the top-level .gitignore says
         ignore.write_text("*\n", encoding="utf-8")
-    tarball = CACHE / f"debian-{SUITE}-minbase.tar"
+    # The dependency list is in the name: a changed list builds a new root instead of reusing a stale one.
+    deps = hashlib.sha256(" ".join(DEPENDENCIES).encode()).hexdigest()[:8]
+    tarball = CACHE / f"debian-{SUITE}-minbase-{deps}.tar"
     with open(CACHE / ".root.lock", "w", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if tarball.exists() and not os.environ.get("BURSTWATCH_REFRESH_ROOT"):

@@ -1,0 +1,530 @@
+"""The /metrics HTTP(S) server: one event loop reads requests within limits, a small pool answers slow ones."""
+
+from __future__ import annotations
+
+import collections
+import errno
+import logging
+import queue
+import selectors
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional, Union
+
+log = logging.getLogger(__name__)
+
+# A handler answers a request. With may_block False (the event loop's thread) it may return None to say
+# "this needs work that can block: ask me again from a worker" (rendering, a bcrypt check).
+Handler = Callable[["Request", bool], Optional["Response"]]
+# An authenticator gets the Authorization header: True (let in), False (401) or None (needs a worker).
+Authenticator = Callable[[Optional[str], bool], Optional[bool]]
+
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+           431: "Request Header Fields Too Large", 500: "Internal Server Error",
+           505: "HTTP Version Not Supported"}
+MAX_HEADER_LINES = 100
+SEND_CHUNK = 16384          # one TLS record; a retried SSL write must repeat the same chunk
+SUMMARY_EVERY = 60.0        # seconds between two log lines about dropped connections
+_FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client, or many, may hold. Every figure is documented in docs/security.md."""
+
+    header_timeout: float = 10.0     # accept (or the end of the last response) to a complete request head
+    max_connections: int = 256       # open connections; the oldest one still waiting for a request goes first
+    workers: int = 2                 # threads that render and check passwords; the event loop does the rest
+    backlog: int = 512               # listen(2) queue (the kernel caps it at net.core.somaxconn)
+    max_header_bytes: int = 8192     # request line plus headers
+    write_timeout: float = 10.0      # a response must drain to the client within this
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: str
+    version: str
+    headers: Mapping[str, str]       # lower-case names; repeated headers joined with ", "
+    peer: str
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def text_response(status: int, extra: tuple[tuple[str, str], ...] = ()) -> Response:
+    return Response(status, f"{status} {REASONS[status].lower()}\n".encode(),
+                    (("Content-Type", "text/plain; charset=utf-8"), *extra))
+
+
+def parse_request(head: bytes, peer: str) -> Union[Request, Response]:
+    """A request head (without the blank line) as a Request, or the error Response to send and close."""
+    lines = head.decode("latin-1").split("\n")
+    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+    if len(lines) > MAX_HEADER_LINES + 1:
+        return text_response(431)
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[0].isalpha():
+        return text_response(400)
+    method, target, version = parts
+    if version not in ("HTTP/1.0", "HTTP/1.1"):
+        return text_response(505 if version.startswith("HTTP/") else 400)
+    if method not in ("GET", "HEAD"):
+        return text_response(405, (("Allow", "GET, HEAD"),))
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        # obs-fold continuation lines and names with spaces are a classic smuggling vector (RFC 9112 5.1-5.2)
+        if not sep or not name or name != name.strip(" \t") or " " in name or "\t" in name:
+            return text_response(400)
+        key, value = name.lower(), value.strip(" \t")
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    # GET and HEAD carry no body; refusing one keeps request boundaries unambiguous on kept-alive connections.
+    if "transfer-encoding" in headers or headers.get("content-length", "0").strip() != "0":
+        return text_response(400)
+    if target.startswith(("http://", "https://")):          # absolute-form (RFC 9112 3.2.2)
+        target = "/" + target.split("://", 1)[1].partition("/")[2]
+    if not target.startswith("/"):
+        return text_response(400)
+    path, _, query = target.partition("?")
+    return Request(method, path, query, version, headers, peer)
+
+
+def _serialize(resp: Response, head_only: bool, keep_alive: bool) -> bytes:
+    lines = [f"HTTP/1.1 {resp.status} {REASONS.get(resp.status, 'Unknown')}"]
+    lines += [f"{k}: {v}" for k, v in resp.headers]
+    lines.append(f"Content-Length: {len(resp.body)}")
+    if not keep_alive:
+        lines.append("Connection: close")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head if head_only else head + resp.body
+
+
+HANDSHAKE, READING, BUSY, WRITING = "handshake", "reading", "busy", "writing"
+
+
+@dataclass(eq=False)
+class _Conn:
+    sock: socket.socket
+    peer: str
+    state: str
+    deadline: float
+    buf: bytes = b""
+    out: memoryview = field(default_factory=lambda: memoryview(b""))
+    keep_alive: bool = False
+    served: int = 0
+    events: int = 0                  # what the selector watches for now (0: not registered)
+
+
+class HttpServer:
+    """HTTP/1.1 on one socket. A single event loop thread accepts, completes TLS handshakes, reads request
+    heads and writes responses, all non-blocking, so a connection costs a socket and a small buffer, never a
+    thread. Requests that need blocking work (a render, a bcrypt check) go to `limits.workers` threads; at most
+    one request per connection is in flight, so their queue is bounded by `limits.max_connections`."""
+
+    def __init__(self, host: str, port: int, routes: Mapping[str, Handler], *, limits: Limits = DEFAULT_LIMITS,
+                 tls: Optional[ssl.SSLContext] = None, auth: Optional[Authenticator] = None,
+                 name: str = "metrics-http") -> None:
+        self.routes = dict(routes)
+        self.limits = limits
+        self.tls, self.auth = tls, auth
+        self.name = name
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listener.bind((host, port))
+            self._listener.listen(max(128, limits.backlog))
+        except OSError:
+            self._listener.close()
+            raise
+        self._listener.setblocking(False)
+        self.port: int = self._listener.getsockname()[1]
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._conns: dict[int, _Conn] = {}
+        # Both in deadline order: a deadline is "now + a fixed timeout", so appending keeps them sorted.
+        self._waiting: collections.OrderedDict[int, _Conn] = collections.OrderedDict()   # evictable
+        self._writing: collections.OrderedDict[int, _Conn] = collections.OrderedDict()
+        self._jobs: queue.SimpleQueue[Optional[tuple[_Conn, Request, bool]]] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[_Conn, Request, Response, bool]] = queue.SimpleQueue()
+        self._stopping = False
+        self._accept_paused_until = 0.0
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._reported: collections.Counter[str] = collections.Counter()
+        self._last_report = time.monotonic()
+        self._last_drop_peer = "-"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._workers = [threading.Thread(target=self._work, name=f"{name}-worker-{i}", daemon=True)
+                         for i in range(max(1, limits.workers))]
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._sel.register(self._listener, selectors.EVENT_READ, "listener")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        for w in self._workers:
+            w.start()
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping = True
+        if self._thread.is_alive():
+            self._wake()
+            self._thread.join(timeout)
+        else:
+            self._close_all()
+        for _ in self._workers:
+            self._jobs.put(None)
+        for w in self._workers:
+            if w.is_alive():
+                w.join(timeout)
+
+    def reconfigure(self, limits: Limits, tls: Optional[ssl.SSLContext], auth: Optional[Authenticator]) -> None:
+        """New limits, TLS settings and users for connections and requests from now on (one assignment
+        each; `workers` and `backlog` stay as they were at start). A shorter header_timeout reaches
+        connections already waiting only once the longer deadlines ahead of them have passed."""
+        self.limits, self.tls, self.auth = limits, tls, auth
+
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    # -- the event loop -----------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                now = time.monotonic()
+                for key, _events in self._sel.select(self._timeout(now)):
+                    if key.data == "listener":
+                        self._accept()
+                    elif key.data == "wake":
+                        self._drain_wake()
+                    elif isinstance(key.data, _Conn) and key.data.sock.fileno() >= 0:
+                        try:
+                            self._service(key.data)
+                        except Exception:  # a bug met by one connection closes that connection only
+                            log.exception("%s: error serving peer=%s; closing it", self.name, key.data.peer)
+                            self._close(key.data)
+                self._finish_jobs()
+                now = time.monotonic()
+                self._expire(now)
+                if self._accept_paused_until and now >= self._accept_paused_until:
+                    self._accept_paused_until = 0.0
+                    self._sel.register(self._listener, selectors.EVENT_READ, "listener")
+                self._report(now)
+        except Exception:  # a bug here must not take the daemon down silently: log it, close everything
+            log.exception("%s: event loop failed; /metrics is down", self.name)
+        finally:
+            self._close_all()
+
+    def _timeout(self, now: float) -> float:
+        nearest = now + 1.0
+        for d in (self._waiting, self._writing):
+            if d:
+                nearest = min(nearest, next(iter(d.values())).deadline)
+        if self._accept_paused_until:
+            nearest = min(nearest, self._accept_paused_until)
+        return max(0.0, nearest - now)
+
+    def _close_all(self) -> None:
+        for conn in list(self._conns.values()):
+            self._close(conn)
+        for s in (self._listener, self._wake_r, self._wake_w):
+            try:
+                s.close()
+            except OSError:
+                pass
+        try:
+            self._sel.close()
+        except (OSError, RuntimeError):
+            pass
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:  # full (the loop is already due to wake) or closed (stopping)
+            pass
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    # -- accepting ----------------------------------------------------------------------------------
+    def _accept(self) -> None:
+        for _ in range(64):  # then let the other sockets have a turn
+            try:
+                sock, addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in _FD_EXHAUSTED:
+                    # Free a descriptor for the rest of the process and stop accepting for a moment: retrying
+                    # at once spins on the same error (issue 13, row 2).
+                    self._evict_one("fd-exhausted")
+                    self._sel.unregister(self._listener)
+                    self._accept_paused_until = time.monotonic() + 0.1
+                    self.counts["accept-paused"] += 1
+                return
+            peer = f"{addr[0]}:{addr[1]}"
+            if len(self._conns) >= self.limits.max_connections and not self._evict_one("cap"):
+                self.counts["refused"] += 1
+                self._last_drop_peer = peer
+                sock.close()
+                continue
+            sock.setblocking(False)
+            tls = self.tls
+            now = time.monotonic()
+            try:
+                if tls is not None:
+                    sock = tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            except (OSError, ssl.SSLError):
+                sock.close()
+                continue
+            conn = _Conn(sock, peer, HANDSHAKE if tls is not None else READING,
+                         now + self.limits.header_timeout)
+            self._conns[sock.fileno()] = conn
+            self._waiting[sock.fileno()] = conn
+            self.counts["accepted"] += 1
+            self._want(conn, selectors.EVENT_READ)
+
+    def _evict_one(self, reason: str) -> bool:
+        """Close the connection that has waited longest without sending a complete request. A client that
+        means to be served sends its request within a round trip of connecting, so it is never the oldest
+        while connections are held open on purpose."""
+        if not self._waiting:
+            return False
+        conn = next(iter(self._waiting.values()))
+        self.counts[f"evicted-{reason}"] += 1
+        self._last_drop_peer = conn.peer
+        log.debug("%s: closing peer=%s (%s, %s)", self.name, conn.peer, conn.state, reason)
+        self._close(conn)
+        return True
+
+    # -- per connection -----------------------------------------------------------------------------
+    def _want(self, conn: _Conn, events: int) -> None:
+        if events == conn.events:
+            return
+        if conn.events and events:
+            self._sel.modify(conn.sock, events, conn)
+        elif events:
+            self._sel.register(conn.sock, events, conn)
+        else:
+            self._sel.unregister(conn.sock)
+        conn.events = events
+
+    def _close(self, conn: _Conn) -> None:
+        fd = conn.sock.fileno()
+        if conn.events:
+            try:
+                self._sel.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.events = 0
+        self._conns.pop(fd, None)
+        self._waiting.pop(fd, None)
+        self._writing.pop(fd, None)
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+
+    def _service(self, conn: _Conn) -> None:
+        if conn.state == HANDSHAKE:
+            self._handshake(conn)
+        elif conn.state == READING:
+            self._read(conn)
+        elif conn.state == WRITING:
+            self._flush(conn)
+
+    def _handshake(self, conn: _Conn) -> None:
+        sock = conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._want(conn, selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._want(conn, selectors.EVENT_WRITE)
+            return
+        except (ssl.SSLError, OSError) as exc:
+            self.counts["tls-failed"] += 1
+            log.debug("%s: TLS handshake failed peer=%s: %s", self.name, conn.peer, exc)
+            self._close(conn)
+            return
+        conn.state = READING
+        self._want(conn, selectors.EVENT_READ)
+        self._read(conn)  # the request may have come with the handshake's last flight
+
+    def _read(self, conn: _Conn) -> None:
+        while True:
+            try:
+                data = conn.sock.recv(4096)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+                self._want(conn, selectors.EVENT_READ)
+                return
+            except ssl.SSLWantWriteError:
+                self._want(conn, selectors.EVENT_WRITE)
+                return
+            except (ssl.SSLError, OSError):
+                self._close(conn)
+                return
+            if not data:
+                self._close(conn)
+                return
+            conn.buf += data
+            end, sep = conn.buf.find(b"\r\n\r\n"), 4
+            lf = conn.buf.find(b"\n\n")
+            if lf >= 0 and (end < 0 or lf < end):
+                end, sep = lf, 2
+            if 0 <= end <= self.limits.max_header_bytes:
+                head, rest = conn.buf[:end], conn.buf[end + sep:]
+                conn.buf = b""
+                self._dispatch(conn, head, pipelined=bool(rest) or (
+                    isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending() > 0))
+                return
+            if len(conn.buf) > self.limits.max_header_bytes:
+                self.counts["too-large"] += 1
+                self._waiting.pop(conn.sock.fileno(), None)
+                self._respond_now(conn, text_response(431), head_only=False, keep_alive=False)
+                return
+
+    def _dispatch(self, conn: _Conn, head: bytes, pipelined: bool) -> None:
+        self._waiting.pop(conn.sock.fileno(), None)
+        parsed = parse_request(head, conn.peer)
+        if isinstance(parsed, Response):
+            self.counts["bad-request"] += 1
+            self._respond_now(conn, parsed, head_only=False, keep_alive=False)
+            return
+        req = parsed
+        tokens = {t.strip().lower() for t in req.headers.get("connection", "").split(",")}
+        # One request at a time per connection: a pipelined one is answered after a close, not queued.
+        keep_alive = req.version == "HTTP/1.1" and "close" not in tokens and not pipelined
+        conn.state = BUSY
+        self._want(conn, 0)
+        try:
+            resp = self.answer(req, may_block=False)
+        except Exception:
+            log.exception("%s: handler failed path=%s peer=%s", self.name, req.path, req.peer)
+            resp = text_response(500)
+        if resp is None:
+            self._jobs.put((conn, req, keep_alive))
+            return
+        self._respond_now(conn, resp, head_only=req.method == "HEAD", keep_alive=keep_alive)
+
+    def answer(self, req: Request, may_block: bool) -> Optional[Response]:
+        """Authentication first (exporter-toolkit wraps every path in it), then the route."""
+        auth = self.auth
+        if auth is not None:
+            ok = auth(req.headers.get("authorization"), may_block)
+            if ok is None:
+                return None
+            if not ok:
+                self.counts["unauthorized"] += 1
+                return text_response(401, (("WWW-Authenticate", 'Basic realm="burstwatch", charset="UTF-8"'),))
+        handler = self.routes.get(req.path)
+        if handler is None:
+            return text_response(404)
+        return handler(req, may_block)
+
+    def _respond_now(self, conn: _Conn, resp: Response, head_only: bool, keep_alive: bool) -> None:
+        log.debug("%s: peer=%s status=%d", self.name, conn.peer, resp.status)
+        conn.out = memoryview(_serialize(resp, head_only, keep_alive))
+        conn.keep_alive = keep_alive
+        conn.state = WRITING
+        conn.deadline = time.monotonic() + self.limits.write_timeout
+        self._writing[conn.sock.fileno()] = conn
+        self._flush(conn)
+
+    def _flush(self, conn: _Conn) -> None:
+        while conn.out:
+            try:
+                sent = conn.sock.send(conn.out[:SEND_CHUNK])
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
+                self._want(conn, selectors.EVENT_WRITE)
+                return
+            except ssl.SSLWantReadError:
+                self._want(conn, selectors.EVENT_READ)
+                return
+            except (ssl.SSLError, OSError):
+                self._close(conn)
+                return
+            conn.out = conn.out[sent:]
+        self._writing.pop(conn.sock.fileno(), None)
+        conn.served += 1
+        self.counts["responses"] += 1
+        if not conn.keep_alive or self._stopping:
+            self._close(conn)
+            return
+        conn.state = READING
+        conn.deadline = time.monotonic() + self.limits.header_timeout
+        self._waiting[conn.sock.fileno()] = conn
+        self._want(conn, selectors.EVENT_READ)
+
+    def _finish_jobs(self) -> None:
+        while True:
+            try:
+                conn, req, resp, keep_alive = self._done.get_nowait()
+            except queue.Empty:
+                return
+            if conn.sock.fileno() < 0:
+                continue  # closed meanwhile (stop)
+            self._respond_now(conn, resp, head_only=req.method == "HEAD", keep_alive=keep_alive)
+
+    def _expire(self, now: float) -> None:
+        for table, what in ((self._waiting, "timeout-header"), (self._writing, "timeout-write")):
+            while table:
+                conn = next(iter(table.values()))
+                if conn.deadline > now:
+                    break
+                # A kept-alive connection that goes quiet after its responses is ordinary, not a fault.
+                kind = "idle-closed" if conn.served and not conn.buf and conn.state == READING else what
+                self.counts[kind] += 1
+                if kind != "idle-closed":
+                    self._last_drop_peer = conn.peer
+                self._close(conn)
+
+    def _report(self, now: float) -> None:
+        """One WARNING a minute at most, however many connections an attacker makes us drop."""
+        if now - self._last_report < SUMMARY_EVERY:
+            return
+        self._last_report = now
+        kinds = ("timeout-header", "timeout-write", "evicted-cap", "evicted-fd-exhausted", "refused",
+                 "accept-paused", "too-large", "tls-failed")
+        new = {k: self.counts[k] - self._reported[k] for k in kinds if self.counts[k] != self._reported[k]}
+        if new:
+            self._reported.update(new)
+            log.warning("%s: dropped connections in the last %.0f s: %s (last peer=%s; limits: header_timeout=%gs "
+                        "max_connections=%d)", self.name, SUMMARY_EVERY,
+                        ", ".join(f"{k}={v}" for k, v in sorted(new.items())), self._last_drop_peer,
+                        self.limits.header_timeout, self.limits.max_connections)
+
+    # -- workers ------------------------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            conn, req, keep_alive = job
+            try:
+                resp = self.answer(req, may_block=True) or text_response(500)
+            except Exception:
+                log.exception("%s: handler failed path=%s peer=%s", self.name, req.path, req.peer)
+                resp = text_response(500)
+            self._done.put((conn, req, resp, keep_alive))
+            self._wake()
