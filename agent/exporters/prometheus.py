@@ -16,24 +16,33 @@ from prometheus_client.process_collector import ProcessCollector
 
 from agent import __version__
 from agent.config import MetricsConfig
+from agent.exporters import NS, View
 from agent.exporters.http import HttpServer, Limits, Request, Response
 from agent.exporters.webconfig import basic_auth, tls_context
 from agent.sampling.pipeline import Snapshot
 
 log = logging.getLogger(__name__)
 
-NS = "burstwatch"
 
+class BuildInfoView(View):
+    FAMILIES = ((f"{NS}_build", "info"),)
 
-class BuildInfoView:
     def collect(self) -> Iterable[Metric]:
         m = InfoMetricFamily(f"{NS}_build", "burstwatch version and the Python running it.")
         m.add_metric([], {"version": __version__, "python": platform.python_version()})
         yield m
 
 
-class SamplerView:
+class SamplerView(View):
     """Interface counters and rates, instance throughput, collector health and sampling cost."""
+
+    FAMILIES = tuple((f"{NS}_{name}", typ) for name, typ in (
+        ("interface_bytes", "counter"), ("interface_packets", "counter"), ("interface_errors", "counter"),
+        ("interface_drops", "counter"), ("interface_resets", "counter"), ("interface_present", "gauge"),
+        ("interface_throughput_bytes_per_second", "gauge"), ("throughput_bytes_per_second", "gauge"),
+        ("collector_success", "gauge"), ("collector_duration_seconds", "gauge"),
+        ("sample_duration_seconds", "gauge"), ("samples", "counter"), ("last_sample_timestamp_seconds", "gauge"),
+    ))
 
     def __init__(self, latest: Callable[[], Optional[Snapshot]]) -> None:
         self._latest = latest
@@ -103,8 +112,11 @@ class SamplerView:
                                 value=snap.wall_time)
 
 
-class ReloadState:
+class ReloadState(View):
     """Outcome of SIGHUP reloads, written by the daemon, read by scrapes."""
+
+    FAMILIES = ((f"{NS}_config_last_reload_successful", "gauge"),
+                (f"{NS}_config_last_reload_success_timestamp_seconds", "gauge"), (f"{NS}_config_reloads", "counter"))
 
     def __init__(self) -> None:
         self.successful = 1.0

@@ -51,8 +51,7 @@ def test_views_yield_only_what_they_declare(tmp_path: Path) -> None:
     assert d.agent is not None
     try:
         for view in d.agent.views:
-            if not isinstance(view, View):
-                continue
+            assert isinstance(view, View), f"{type(view).__name__} is not an agent.exporters.View"
             declared = {m.name for m in view.describe()}
             collected = {m.name for m in view.collect()}
             assert collected, f"{type(view).__name__} collected nothing on a running daemon"
