@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from agent import config as configmod
+from agent.checks import run_checks
 from agent.checks.runner import CheckRunner, CheckState
 from agent.exporters.checks import CheckView
 from agent.readers.pmtu import measure_path_mtu
@@ -18,7 +19,7 @@ CFG = configmod.parse('[probe]\npeers = ["127.0.0.1", "no-such-host.invalid"]\n[
 
 
 def _state(fixture: str = "ena-2.12.3g-c6in.32xlarge-express") -> CheckState:
-    runner = CheckRunner(lambda before: fixture_context(fixture, cfg=CFG, path_mtu=measure_path_mtu),
+    runner = CheckRunner(lambda _slow: run_checks(fixture_context(fixture, cfg=CFG, path_mtu=measure_path_mtu)),
                          wall=lambda: 1700000000.0)
     return runner.run_once()
 
