@@ -262,8 +262,8 @@ class CloudWatchConfig:
     include: list[str] = _opt(None, "metric names to publish beyond the default set", factory=list)
     dimensions: dict[str, str] = _opt(None, "extra dimensions added to every datum", factory=dict)
     backlog: int = _opt(10000, "datapoints kept while CloudWatch is unreachable", lo=0, hi=1_000_000)
-    spool: bool = _opt(True, "keep the backlog in <state_dir>/spool/cloudwatch too, so a restart or a crash "
-                       "during an outage loses nothing (replayed in order at start)")
+    spool: bool = _opt(True, "keep the backlog on disk too (state_dir/spool/cloudwatch), so a restart or a "
+                       "crash during an outage loses nothing (replayed in order at start)")
     spool_max_batches: int = _opt(1440, "most flushes kept in the spool, one file each (a day of 60 s "
                                   "periods); the oldest go first", lo=1, hi=1_000_000)
     spool_max_bytes: int = _opt(16 * 2**20, "most bytes the spool keeps on disk; the oldest go first",
@@ -276,13 +276,19 @@ class ResponderConfig:
     listen: str = _opt(f"0.0.0.0:{DEFAULT_RESPONDER_PORT}", "host:port of the responder",
                        check=check_hostport)
     allow: Optional[list[str]] = _opt(None, "CIDRs allowed to run tests (default: the VPC's CIDRs "
-                                      "from IMDS, else loopback only)", check=check_cidrs)
+                                      "from IMDS, else loopback only); an IPv6 entry with a scope id "
+                                      "(fe80::%eth0/64) matches only peers on that interface", check=check_cidrs)
+    max_pending: int = _opt(64, "connections that have not yet sent their cookie, all sources together; past "
+                            "it new connections wait in the listen backlog", lo=1, hi=1024)
+    max_pending_per_source: int = _opt(4, "the same for each source address; past it a source's new "
+                                       "connections are closed", lo=1, hi=1024)
     max_duration: float = _opt(30.0, "longest test a client may ask for, seconds", lo=1.0, hi=3600.0)
-    max_streams: int = _opt(8, "most parallel streams per test", lo=1, hi=128)
-    max_bytes: int = _opt(10 * 1024**3, "most bytes one test may move", lo=1, hi=2**50)
+    max_streams: int = _opt(8, "most parallel streams per test (a --bidir test's count both ways)", lo=1, hi=128)
+    max_bytes: int = _opt(10 * 1024**3, "most bytes one test may move (each way, for a --bidir test)", lo=1,
+                          hi=2**50)
     max_tests_per_hour: int = _opt(12, "tests per source address per hour", lo=1, hi=100000)
-    credit_floor: float = _opt(0.5, "refuse a test (as busy) when a bucket it would drain (-R: out, else in) "
-                               "holds less than this fraction, or would after the test's expected bytes "
+    credit_floor: float = _opt(0.5, "refuse a test (as busy) when a bucket it would drain (-R: out, --bidir: "
+                               "both, else in) holds less than this fraction, or would after the test's expected bytes "
                                "(the rule and default of [probe] credit_floor)", lo=0.0, hi=1.0)
     hourly_budget_bytes: int = _opt(10 * 10**9, "most bytes served per direction in any sliding hour, all "
                                     "sources together; past it tests are refused as busy (0: serve none). "
@@ -301,8 +307,8 @@ class ProbeArchiveConfig:
     endpoint_url: Optional[str] = _opt(None, "S3 endpoint (default: AWS)", check=check_url)
     backlog: int = _opt(500, "probe documents kept in memory while S3 is unreachable (oldest dropped first)",
                         lo=1, hi=100000)
-    spool: bool = _opt(True, "keep the backlog in <state_dir>/spool/probe-archive too, so a restart or a crash "
-                       "during an outage loses nothing (replayed in order at start)")
+    spool: bool = _opt(True, "keep the backlog on disk too (state_dir/spool/probe-archive), so a restart or a "
+                       "crash during an outage loses nothing (replayed in order at start)")
     spool_max_objects: int = _opt(500, "most documents kept in the spool; the oldest go first", lo=1, hi=100000)
     spool_max_bytes: int = _opt(64 * 2**20, "most bytes the spool keeps on disk; the oldest go first",
                                 lo=4096, hi=2**34)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from agent import config as configmod
 from agent.isolate import ChildFailed, call_in_child
@@ -235,3 +237,161 @@ def describe_profile(p: BandwidthProfile) -> str:
     if p.never_exhausts:
         return line + " bucket=none (baseline = peak: never exhausts)"
     return line + f" bucket={gbit(p.bucket_bytes)} Gbit ({p.bucket_source})"
+
+
+# An ENI attached while the daemon runs: its interface shows up in sysfs within a moment, and IMDS lists its
+# MAC under network/interfaces/macs/ (docs/ec2-network-facts.md, "Instance metadata"), possibly a little
+# later. An interface that is no ENI (a container's veth, a bridge) is asked about for this long, then left.
+ENI_RETRY_FIRST = 1.0
+ENI_RETRY_MAX = 60.0
+ENI_GIVE_UP = 600.0
+
+EniChange = Callable[[list[Eni], list[str], dict[str, str]], None]
+
+
+class EniWatcher:
+    """Keeps the monitored set equal to IMDS's ENIs present in this network namespace while ENIs are
+    attached and detached, matched by MAC as at start-up.
+
+    poll() is on the sampling path: one listdir of <sysfs>/class/net, compared with the last one. A
+    monitored name that went away leaves the set at once (no IMDS needed; the counter helpers forget it,
+    so it adds no spike). A new name starts a re-match on a thread of its own (IMDS's ENI list, then the
+    MACs in sysfs), so a slow or failing IMDS never holds up a sample; the new set is used from the next
+    sample. A failed IMDS read, or a new name IMDS does not list (yet), is tried again after 1, 2, 4 ...
+    60 s, for up to ENI_GIVE_UP seconds. `on_change(enis, interfaces, eni_interfaces)` receives each new
+    set (interfaces primary first)."""
+
+    def __init__(self, info: InstanceInfo, imds: ImdsClient, on_change: EniChange, sysfs: str = "/sys",
+                 min_poll: float = 0.0, clock: Callable[[], float] = time.monotonic,
+                 retry_first: float = ENI_RETRY_FIRST, retry_max: float = ENI_RETRY_MAX,
+                 give_up: float = ENI_GIVE_UP, background: bool = True) -> None:
+        self.imds = imds
+        self.on_change = on_change
+        self.base = os.path.join(sysfs, "class", "net")
+        self.sysfs = sysfs
+        self.min_poll = min_poll
+        self.clock = clock
+        self.retry_first, self.retry_max, self.give_up = retry_first, retry_max, give_up
+        self.background = background
+        self._lock = threading.Lock()
+        self.enis = list(info.enis)
+        self.interfaces = list(info.interfaces)
+        self.eni_interfaces = dict(info.eni_interfaces)
+        self._names = self._listdir() or frozenset()
+        self._last_poll = -1e18
+        self._pending: set[str] = set()      # new names not matched yet
+        self._next_try = 0.0
+        self._delay = retry_first
+        self._deadline = 0.0
+        self._busy = False
+        self._failing = False
+        self.refreshes = 0                   # IMDS re-matches run (tests, logs)
+
+    def _listdir(self) -> Optional[frozenset[str]]:
+        try:
+            return frozenset(os.listdir(self.base))
+        except OSError:
+            return None
+
+    # -- the sampling path -------------------------------------------------------------------------
+    def poll(self) -> None:
+        now = self.clock()
+        if now - self._last_poll < self.min_poll:
+            return
+        self._last_poll = now
+        names = self._listdir()
+        start = False
+        with self._lock:
+            if names is not None and names != self._names:
+                added, removed = names - self._names, self._names - names
+                self._names = names
+                if removed & set(self.interfaces):
+                    self._drop(removed)
+                if added:
+                    self._pending |= added
+                    self._next_try, self._delay, self._deadline = now, self.retry_first, now + self.give_up
+            if self._pending and not self._busy and now >= self._next_try:
+                self._busy = start = True
+        if start:
+            if self.background:
+                threading.Thread(target=self.refresh, name="eni-watch", daemon=True).start()
+            else:
+                self.refresh()
+
+    def _drop(self, removed: frozenset[str]) -> None:
+        """Under the lock: interfaces that went away leave the monitored set."""
+        gone = [n for n in self.interfaces if n in removed]
+        self.interfaces = [n for n in self.interfaces if n not in removed]
+        self.eni_interfaces = {m: n for m, n in self.eni_interfaces.items() if n not in removed}
+        log.info("interface(s) %s gone (ENI detached?); monitoring %s", ",".join(gone),
+                 ",".join(self.interfaces) or "-")
+        self.on_change(list(self.enis), list(self.interfaces), dict(self.eni_interfaces))
+
+    # -- the re-match (its own thread) -------------------------------------------------------------
+    def refresh(self) -> None:
+        """Read IMDS's ENIs and match them to interfaces by MAC; publish the set when it changed."""
+        try:
+            self.refreshes += 1
+            self.imds.reset()       # a client that gave up on an unreachable IMDS asks again
+            enis = sort_enis([parse_eni(mac, values) for mac, values in read_enis(self.imds).items()])
+            eni_ifs = match_macs([e.mac for e in enis], parse_net_interfaces(read_net_interfaces(self.sysfs)))
+        except Exception as exc:  # IMDS flapping, sysfs trouble: try again later, never fail the daemon
+            with self._lock:
+                first = not self._failing
+                self._failing = True
+                self._busy = False
+                self._retry_later()
+            if first:
+                log.warning("re-matching ENIs to interfaces failed (%s); trying again in %.0f s", exc,
+                            self._next_try - self.clock())
+            else:
+                log.debug("re-matching ENIs failed again: %s", exc)
+            return
+        with self._lock:
+            if self._failing:
+                log.info("re-matching ENIs to interfaces works again")
+            self._failing = False
+            self._busy = False
+            # A name that went away since the sysfs read stays out.
+            present = {m: n for m, n in eni_ifs.items() if n in self._names}
+            interfaces = [present[e.mac] for e in enis if e.mac in present]
+            self._pending = {n for n in self._pending if n in self._names and n not in interfaces}
+            if self._pending:
+                self._retry_later()
+            changed = interfaces != self.interfaces or enis != self.enis
+            old = self.interfaces
+            self.enis, self.interfaces, self.eni_interfaces = enis, interfaces, present
+            if changed:
+                joined = [n for n in interfaces if n not in old]
+                by_name = {present[e.mac]: e for e in enis if e.mac in present}
+                log.info("ENIs changed: monitoring %s%s", ",".join(interfaces) or "-",
+                         "".join(f"; {n} joined (ENI {by_name[n].interface_id}, mac {by_name[n].mac}, card "
+                                 f"{by_name[n].network_card_index}, device {by_name[n].device_number})"
+                                 for n in joined))
+                self.on_change(list(enis), list(interfaces), dict(present))
+
+    def _retry_later(self) -> None:
+        """Under the lock: schedule the next try with backoff, or give up on the pending names."""
+        now = self.clock()
+        if now >= self._deadline:
+            if self._pending:
+                log.info("interface(s) %s: no ENI in IMDS has their MAC after %.0f s; not monitored",
+                         ",".join(sorted(self._pending)), self.give_up)
+            self._pending = set()
+            return
+        self._next_try = now + self._delay
+        self._delay = min(self._delay * 2, self.retry_max)
+
+
+def eni_watcher(cfg: configmod.Config, info: InstanceInfo, on_change: EniChange, sysfs: str = "/sys",
+                min_poll: float = 0.0) -> Optional[EniWatcher]:
+    """A watcher when the monitored set comes from IMDS's ENIs (no `interfaces` in the config, IMDS on
+    and answering at start-up), else None. Its IMDS requests count in the start-up client's
+    burstwatch_imds_requests_total."""
+    if cfg.interfaces or not cfg.imds.enabled or not info.on_ec2:
+        return None
+    im = cfg.imds
+    client = ImdsClient(im.endpoint, timeout=im.timeout, retries=im.retries, allow_imdsv1=im.allow_imdsv1)
+    if info.imds_stats is not None:
+        client.stats = info.imds_stats
+    return EniWatcher(info, client, on_change, sysfs, min_poll)

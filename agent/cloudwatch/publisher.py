@@ -1,12 +1,15 @@
 """The `cloudwatch` service: fold each snapshot into statistic sets, send them with PutMetricData off the
-sampling path, and ride out an outage with a bounded backlog."""
+sampling path, and ride out an outage with a bounded backlog, spooled to state_dir across restarts."""
 
 from __future__ import annotations
 
+import collections
+import json
 import logging
 import math
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Protocol, TypedDict, Union
 
 from agent.cloudwatch.catalogue import (
@@ -17,10 +20,11 @@ from agent.cloudwatch.catalogue import (
     selected_metrics,
 )
 from agent.config import CloudWatchConfig
-from agent.models.cw_aggregate import Backlog, BatchLimits, Dims, PeriodAggregator, SeriesKey, period_start
+from agent.models.cw_aggregate import Backlog, BatchLimits, Datum, Dims, PeriodAggregator, SeriesKey, period_start
 from agent.models.units import DIRECTIONS
 from agent.readers import aws
 from agent.readers.aws import ERROR_KINDS, classify
+from agent.readers.spool import Spool
 
 if TYPE_CHECKING:
     from agent.sampling.pipeline import Snapshot
@@ -30,6 +34,29 @@ log = logging.getLogger(__name__)
 # A flush at most this often when the period is shorter (high resolution): each flush is one request,
 # and requests are billed ($0.01 per 1,000, docs/cloudwatch.md).
 MIN_FLUSH_INTERVAL = 10.0
+SPOOL_FORMAT = "burstwatch-cloudwatch-spool/1"
+
+
+def encode_batch(namespace: str, datums: Iterable[Datum]) -> bytes:
+    """One spool record: the datums one flush closed, with the namespace they were meant for."""
+    rows = [[d.name, d.unit, [list(p) for p in d.dims], d.timestamp, d.sample_count, d.total, d.minimum,
+             d.maximum, d.storage_resolution] for d in datums]
+    return json.dumps({"format": SPOOL_FORMAT, "namespace": namespace, "datums": rows},
+                      separators=(",", ":")).encode("utf-8")
+
+
+def decode_batch(payload: bytes) -> tuple[str, list[Datum]]:
+    """(namespace, datums) of a spool record; ValueError when it is not one."""
+    try:
+        doc = json.loads(payload.decode("utf-8"))
+        if not isinstance(doc, dict) or doc.get("format") != SPOOL_FORMAT:
+            raise ValueError(f"not a {SPOOL_FORMAT} record")
+        datums = [Datum(str(name), str(unit), tuple((str(k), str(v)) for k, v in dims), float(ts), float(n),
+                        float(total), float(lo), float(hi), int(res))
+                  for name, unit, dims, ts, n, total, lo, hi, res in doc["datums"]]
+        return str(doc["namespace"]), datums
+    except (KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed spool record: {exc}") from exc
 
 
 class VerdictLike(Protocol):
@@ -77,6 +104,20 @@ class PublisherStats(TypedDict):
 
 
 ClientFactory = Callable[..., Any]
+# _consumed()'s answer: spool records to delete, and the head record to rewrite with its datums left.
+_SpoolWork = tuple[list[int], Optional[tuple[int, list[Datum]]]]
+
+
+class _Chunk:
+    """One flush's datums in the backlog: its spool record (None: memory only), the datums, how many of
+    them are still waiting (the last `left`), and how many the record file holds."""
+
+    __slots__ = ("datums", "left", "rid", "written")
+
+    def __init__(self, rid: Optional[int], datums: list[Datum]) -> None:
+        self.rid = rid
+        self.datums = datums
+        self.left = self.written = len(datums)
 
 
 def _default_client(region: Optional[str], endpoint_url: Optional[str], **kw: Any) -> Any:
@@ -93,7 +134,12 @@ class CloudWatchPublisher:
     half aggregated under old settings must not be sent under new ones). `region` is the instance's (from
     IMDS), used when the section names none; `autoscaling_group` is the group's name or a callable that
     looks it up (agent.readers.autoscaling), called once in the publisher's thread; `checks` and `probes`
-    return the latest verdicts and probe results, read once per flush."""
+    return the latest verdicts and probe results, read once per flush.
+
+    With `spool_dir` (and [cloudwatch] spool on), every flush's datums are written there before they are
+    sent (one file per flush: agent/readers/spool.py) and deleted once CloudWatch accepted them, so a
+    restart or a kill during an outage loses no closed period: the next start sends them first, in order.
+    Only the period still open at a kill -9 (at most one period and the grace) is lost."""
 
     name = "cloudwatch"
 
@@ -103,7 +149,8 @@ class CloudWatchPublisher:
                  checks: Optional[Callable[[], Iterable[VerdictLike]]] = None,
                  probes: Optional[Callable[[], Iterable[ProbeResultLike]]] = None,
                  client_factory: ClientFactory = _default_client,
-                 max_attempts: int = 3, wall: Callable[[], float] = time.time) -> None:
+                 max_attempts: int = 3, wall: Callable[[], float] = time.time,
+                 spool_dir: Union[None, str, Path] = None) -> None:
         self.cfg = cfg
         self.namespace: str = cfg.namespace
         self.period: int = int(cfg.period)
@@ -146,6 +193,12 @@ class CloudWatchPublisher:
         self.errors = dict.fromkeys(ERROR_KINDS, 0)
         self.last_success = 0.0
         self._logged: set[str] = set()
+        # The backlog's datums by flush (and spool record), oldest first; only the head may be partly sent.
+        # Changed by the publisher thread only, under _blk like the backlog.
+        self.spool: Optional[Spool] = None
+        if spool_dir is not None and cfg.spool:
+            self.spool = Spool(Path(spool_dir), "cloudwatch", cfg.spool_max_batches, cfg.spool_max_bytes)
+        self._chunks: collections.deque[_Chunk] = collections.deque()
 
         self._client: Any = None
         self._final_client: Any = None
@@ -176,6 +229,9 @@ class CloudWatchPublisher:
                 if "CreditExhaustionSeconds" in en:
                     samples.append((keys["CreditExhaustionSeconds", d],
                                     min(r.exhaustion_seconds, EXHAUSTION_CAP_SECONDS)))
+                if "CreditExhaustionTrendSeconds" in en:
+                    samples.append((keys["CreditExhaustionTrendSeconds", d],
+                                    min(r.exhaustion_trend_seconds, EXHAUSTION_CAP_SECONDS)))
                 if r.remaining_bytes is not None and "CreditRemainingBytes" in en:
                     samples.append((keys["CreditRemainingBytes", d], r.remaining_bytes))
                 if r.bucket_bytes is not None and "CreditBucketBytes" in en:
@@ -216,7 +272,11 @@ class CloudWatchPublisher:
                 left = len(self.backlog)
             with self._lock:
                 left += len(self._agg)
-            log.warning("cloudwatch: stopped with a request in flight; about %d datapoints not sent", left)
+            if self.spool is not None:
+                log.warning("cloudwatch: stopped with a request in flight; about %d datapoints not sent (those "
+                            "in the spool go out after the next start)", left)
+            else:
+                log.warning("cloudwatch: stopped with a request in flight; about %d datapoints not sent", left)
 
     # -- publisher thread -----------------------------------------------------------------------
     def _setup(self) -> None:
@@ -231,6 +291,34 @@ class CloudWatchPublisher:
         log.info("cloudwatch: publishing %s to namespace %s every %ss (region=%s, dimensions=%s)",
                  ",".join(self.metrics), self.namespace, self.period, self.region or "default",
                  ",".join(f"{n}={v}" for n, v in self.dims))
+        if self.spool is not None:
+            self._replay(self.spool)
+
+    def _replay(self, spool: Spool) -> None:
+        """Put what an earlier run spooled at the head of the backlog, in order, and send it at once."""
+        n = kept = 0
+        foreign: set[str] = set()
+        for rid, payload in spool.load():
+            try:
+                namespace, datums = decode_batch(payload)
+            except ValueError as exc:
+                log.warning("cloudwatch: spool record %d unreadable, removed: %s", rid, exc)
+                spool.remove(rid)
+                continue
+            if namespace != self.namespace:
+                # Sent under another namespace they would be series nobody asked for.
+                foreign.add(namespace)
+                spool.remove(rid)
+                continue
+            n += 1
+            kept += len(datums)
+            self._enqueue(datums, rid)
+        if foreign:
+            log.warning("cloudwatch: spooled datapoints for namespace(s) %s dropped: the namespace is now %s",
+                        ", ".join(sorted(foreign)), self.namespace)
+        if n:
+            log.info("cloudwatch: %d datapoints from %d spooled flushes to send first", kept, n)
+            self._send(False)
 
     def _clients(self) -> bool:
         if self._client is not None:
@@ -308,17 +396,97 @@ class CloudWatchPublisher:
         self._sample_services(t)
         with self._lock:
             datums = self._agg.close(close_at, self.dims, force=final)
+        rid: Optional[int] = None
+        if datums and self.spool is not None:
+            # Written before the first try, so a kill during the request loses nothing.
+            rid, evicted = self.spool.append(encode_batch(self.namespace, datums))
+            self._evicted(evicted)
+        dropped = self._enqueue(datums, rid)
         with self._blk:
-            dropped = self.backlog.extend(datums)
             expired = self.backlog.expire(self._wall())
+            work = self._consumed(expired)
+        self._sync(work)
         if dropped or expired:
             log.debug("cloudwatch: backlog dropped %d oldest datapoints (%d expired)", dropped, expired)
         self._send(final)
         if final:
             with self._blk:
-                left = self.backlog.drop_all("shutdown")
+                # Datums in the spool wait for the next start; only the memory-only ones are given up.
+                kept = sum(c.left for c in self._chunks if c.rid is not None)
+                if not kept:
+                    left = self.backlog.drop_all("shutdown")
+                    self._chunks.clear()
+                else:
+                    left = len(self.backlog) - kept
+                    self.backlog.dropped["shutdown"] += left
             if left:
                 log.warning("cloudwatch: %d datapoints not sent before the stop timeout", left)
+            if kept:
+                log.info("cloudwatch: %d datapoints not sent yet are kept in the spool for the next start", kept)
+
+    # -- backlog and spool, kept in step (publisher thread) -------------------------------------------
+    def _enqueue(self, datums: list[Datum], rid: Optional[int]) -> int:
+        """Append one flush's datums (spool record `rid`); returns how many old ones the bound dropped."""
+        if not datums:
+            return 0
+        with self._blk:
+            self._chunks.append(_Chunk(rid, datums))
+            dropped = self.backlog.extend(datums)
+            files = self._consumed(dropped)
+        self._sync(files)
+        return dropped
+
+    def _consumed(self, n: int) -> _SpoolWork:
+        """Under _blk, after `n` datums left the head of the backlog (sent, dropped or expired): the spool
+        records now wholly gone, and the head record to rewrite with what is left of it (so a restart
+        never sends its sent part again)."""
+        gone: list[int] = []
+        while n > 0 and self._chunks:
+            head = self._chunks[0]
+            take = min(n, head.left)
+            head.left -= take
+            n -= take
+            if head.left == 0:
+                self._chunks.popleft()
+                if head.rid is not None:
+                    gone.append(head.rid)
+        rewrite = None
+        if self._chunks and self._chunks[0].rid is not None and self._chunks[0].left < self._chunks[0].written:
+            head = self._chunks[0]
+            rid = head.rid
+            assert rid is not None
+            rewrite = (rid, head.datums[len(head.datums) - head.left:])
+            head.written = head.left
+        return gone, rewrite
+
+    def _sync(self, work: _SpoolWork) -> None:
+        """Apply _consumed()'s answer to the spool (file I/O, outside the lock)."""
+        if self.spool is None:
+            return
+        gone, rewrite = work
+        for rid in gone:
+            self.spool.remove(rid)
+        if rewrite is not None and not self.spool.replace(rewrite[0], encode_batch(self.namespace, rewrite[1])):
+            with self._blk:
+                for c in self._chunks:
+                    if c.rid == rewrite[0]:
+                        c.rid = None           # replace() removed the file: memory only from now
+
+    def _evicted(self, rids: list[int]) -> None:
+        """The spool dropped its oldest records to stay in bounds: drop their datums (and any older
+        memory-only ones) from the backlog too, so memory and disk hold the same datums."""
+        if not rids:
+            return
+        with self._blk:
+            wanted = set(rids)
+            drop = {c.rid for c in self._chunks if c.rid is not None and c.rid in wanted}
+            n = 0
+            while drop and self._chunks:
+                c = self._chunks.popleft()
+                n += c.left
+                if c.rid is not None:
+                    drop.discard(c.rid)
+            self.backlog.drop(n, "backlog_full")
 
     def _send(self, final: bool) -> None:
         if not self._clients():
@@ -350,6 +518,8 @@ class CloudWatchPublisher:
                 if kind in ("rejected", "too_large"):
                     with self._blk:
                         self.backlog.drop(len(batch), "rejected")
+                        work = self._consumed(len(batch))
+                    self._sync(work)
                     continue
                 return  # keep the backlog; the next flush tries again
             with self._blk:
@@ -357,6 +527,8 @@ class CloudWatchPublisher:
                 self.published += len(batch)
                 self.requests["success"] += 1
                 self.last_success = self._wall()
+                work = self._consumed(len(batch))
+            self._sync(work)
             if self._logged:
                 log.info("cloudwatch: publishing works again (after %s errors)", ", ".join(sorted(self._logged)))
                 self._logged.clear()

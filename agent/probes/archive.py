@@ -12,9 +12,10 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 from agent.readers import aws
+from agent.readers.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,24 @@ def encode(doc: dict[str, Any]) -> bytes:
     return gzip.compress(json.dumps(doc, separators=(",", ":")).encode("utf-8") + b"\n", mtime=0)
 
 
+def spool_record(key: str, body: bytes) -> bytes:
+    """One spool record: the object's key on the first line, then its gzipped body."""
+    return key.encode("utf-8") + b"\n" + body
+
+
+def parse_spool_record(payload: bytes) -> tuple[str, bytes]:
+    key, sep, body = payload.partition(b"\n")
+    if not sep or not key:
+        raise ValueError("not a probe-archive spool record")
+    return key.decode("utf-8"), body
+
+
+class _Item(NamedTuple):
+    key: str
+    body: bytes
+    rid: Optional[int]          # its spool record; None: memory only
+
+
 def probe_timestamp(doc: dict[str, Any], default: float) -> float:
     """The test's start (`start.timestamp.timesecs`, which iperf3 and our engine both write)."""
     try:
@@ -81,7 +100,11 @@ def probe_timestamp(doc: dict[str, Any], default: float) -> float:
 
 class S3Archive:
     """Uploads on its own thread, so a slow or unreachable S3 never delays a probe. `submit()` only
-    encodes and queues; a failed upload stays at the head of the backlog and is retried after a pause."""
+    encodes and queues; a failed upload stays at the head of the backlog and is retried after a pause.
+
+    With a spool (`use_spool()`, before `start()`), each object is also written to state_dir before its
+    first upload and deleted once S3 took it, so a restart or a kill -9 during an outage loses none: the
+    next start uploads them first, in order."""
 
     name = "probe-archive"
 
@@ -103,7 +126,9 @@ class S3Archive:
         self._client = client
         # `region` is the instance's (written into each document); the bucket may live elsewhere.
         self._factory = client_factory or (lambda: aws.client("s3", bucket_region or region, endpoint_url))
-        self._queue: collections.deque[tuple[str, bytes]] = collections.deque(maxlen=max(1, backlog))
+        self.capacity = max(1, backlog)
+        self._queue: collections.deque[_Item] = collections.deque()
+        self.spool: Optional[Spool] = None
         self._cond = threading.Condition()
         self._stop = False
         self._thread: Optional[threading.Thread] = None
@@ -125,12 +150,58 @@ class S3Archive:
                 # Two probes in one second from this instance: keep both (the later one a second on).
                 key = object_key(self.prefix, self.instance_type, ts + 1, self.instance_id)
             self._last_key = key
-            if len(self._queue) == self._queue.maxlen:
-                self.dropped += 1
-                log.warning("probe archive backlog full (%d); dropping the oldest object", self._queue.maxlen)
-            self._queue.append((key, body))
-            self._cond.notify()
+        rid: Optional[int] = None
+        evicted: list[int] = []
+        if self.spool is not None:
+            # Written before the first upload, so a kill during it loses nothing.
+            rid, evicted = self.spool.append(spool_record(key, body))
+        self._add(_Item(key, body, rid), evicted)
         return key
+
+    def _add(self, item: _Item, evicted: list[int]) -> None:
+        """Queue an object after the others, dropping the oldest when the backlog or the spool is full."""
+        gone: list[int] = []
+        with self._cond:
+            if evicted:
+                # The spool made room by dropping its oldest records: memory drops the same objects.
+                drop = set(evicted)
+                kept = collections.deque(i for i in self._queue if i.rid is None or i.rid not in drop)
+                self.dropped += len(self._queue) - len(kept)
+                self._queue = kept
+            while len(self._queue) >= self.capacity:
+                old = self._queue.popleft()
+                self.dropped += 1
+                if old.rid is not None:
+                    gone.append(old.rid)
+                log.warning("probe archive backlog full (%d); dropping the oldest object", self.capacity)
+            self._queue.append(item)
+            self._cond.notify()
+        self._forget(gone)
+
+    def _forget(self, rids: Iterable[Optional[int]]) -> None:
+        if self.spool is not None:
+            for rid in rids:
+                if rid is not None:
+                    self.spool.remove(rid)
+
+    def use_spool(self, spool: Spool) -> int:
+        """Keep the backlog in `spool` too, and queue what an earlier run left there (oldest first, ahead
+        of anything submitted later); returns how many objects that was. Call before start()."""
+        self.spool = spool
+        n = 0
+        for rid, payload in spool.load():
+            try:
+                key, body = parse_spool_record(payload)
+            except (ValueError, UnicodeDecodeError) as exc:
+                log.warning("probe archive: spool record %d unreadable, removed: %s", rid, exc)
+                spool.remove(rid)
+                continue
+            self._add(_Item(key, body, rid), [])
+            n += 1
+        if n:
+            log.info("probe archive: %d objects spooled by an earlier run to upload first (bucket=%s)", n,
+                     self.bucket)
+        return n
 
     def stats(self) -> ArchiveStats:
         with self._cond:
@@ -143,7 +214,8 @@ class S3Archive:
         self._thread.start()
 
     def stop(self, timeout: float = 2.0) -> None:
-        """Stop after the upload in progress (objects still queued are lost: the backlog is in memory)."""
+        """Stop after the upload in progress (objects still queued are lost unless spooled: the next start
+        uploads those)."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
@@ -170,28 +242,35 @@ class S3Archive:
                     self._cond.wait()
                 if self._stop:
                     return
-                key, body = self._queue.popleft()
+                item = self._queue.popleft()
                 self._uploading = True
-            ok = self._put(key, body)
+            ok = self._put(item.key, item.body)
+            done = False
             with self._cond:
                 self._uploading = False
                 if ok:
                     self.uploaded += 1
                     self.last_success = self.wall()
                     pause = self.retry_pause
+                    done = True
                 else:
                     self.failed += 1
-                    if len(self._queue) == self._queue.maxlen:
+                    evicted = item.rid is not None and self.spool is not None and item.rid not in self.spool
+                    if len(self._queue) >= self.capacity or evicted:
                         self.dropped += 1          # newer objects filled the backlog meanwhile
+                        done = True
                     else:
-                        self._queue.appendleft((key, body))
+                        self._queue.appendleft(item)
                 self._cond.notify_all()
-                if not ok:
+            if done:
+                self._forget([item.rid])
+            if not ok:
+                with self._cond:
                     # New submissions do not cut the pause short; stop() does.
                     resume = time.monotonic() + pause
                     while not self._stop and time.monotonic() < resume:
                         self._cond.wait(resume - time.monotonic())
-                    pause = min(pause * 2, self.retry_pause_max)
+                pause = min(pause * 2, self.retry_pause_max)
 
     def _put(self, key: str, body: bytes) -> bool:
         try:

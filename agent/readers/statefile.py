@@ -6,11 +6,58 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 log = logging.getLogger(__name__)
+
+
+class WriteErrors:
+    """Failed writes under state_dir, per file (a state file's name, or a spool's `spool/<name>`), for
+    burstwatch_state_write_errors_total{file}. A read-only or full state directory must not stop the
+    daemon, nor fill the journal: the first failure of a file is logged, later ones only counted, until
+    a write of that file works again (which is logged once too)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._failing: set[str] = set()
+
+    def register(self, name: str) -> None:
+        """Export the file's counter at 0 before any error (a series that appears only on the first
+        error makes increase() miss that error)."""
+        with self._lock:
+            self._counts.setdefault(name, 0)
+
+    def failed(self, name: str, path: object, exc: BaseException) -> None:
+        with self._lock:
+            self._counts[name] = self._counts.get(name, 0) + 1
+            first = name not in self._failing
+            self._failing.add(name)
+        if first:
+            log.error("cannot write %s: %s; the daemon keeps running without it, and further errors for this "
+                      "file are only counted in burstwatch_state_write_errors_total{file=%r} until a write "
+                      "works again", path, exc, name)
+        else:
+            log.debug("cannot write %s again: %s", path, exc)
+
+    def succeeded(self, name: str, path: object) -> None:
+        with self._lock:
+            if name not in self._failing:
+                return
+            self._failing.discard(name)
+        log.info("writing %s works again", path)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+# One per process, like prometheus_client's REGISTRY: every writer under state_dir counts here (JsonStore
+# and readers/spool.py), so callers in other layers need not pass anything along.
+WRITE_ERRORS = WriteErrors()
 
 
 def read_boot_id(procfs: str = "/proc") -> str:
@@ -32,6 +79,7 @@ class JsonStore:
     def __init__(self, path: Path, fmt: str) -> None:
         self.path = path
         self.fmt = fmt
+        WRITE_ERRORS.register(path.name)
 
     def load(self, accept: Callable[[dict[str, Any]], Optional[str]] = lambda _d: None) -> Optional[dict[str, Any]]:
         """The document, or None when absent. A file that is not ours (wrong format, fails `accept`,
@@ -60,19 +108,37 @@ class JsonStore:
             return None
         return doc  # type: ignore[no-any-return]
 
-    def save(self, doc: dict[str, Any]) -> None:
+    def save(self, doc: dict[str, Any]) -> bool:
+        """Write the document; False when it could not be written (read-only or full state_dir, ...).
+
+        A failure is counted and logged by WRITE_ERRORS (once until writes work again) and never raised:
+        the daemon keeps sampling without its state, and the previous file stays whole."""
         doc = {"format": self.fmt, **doc}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=str(self.path.parent), prefix=f".{self.path.name}.")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=str(self.path.parent), prefix=f".{self.path.name}.")
+        except OSError as exc:
+            WRITE_ERRORS.failed(self.path.name, self.path, exc)
+            return False
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(doc, f, indent=1, sort_keys=True)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
+        except OSError as exc:
+            _unlink_quietly(tmp)
+            WRITE_ERRORS.failed(self.path.name, self.path, exc)
+            return False
         except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            _unlink_quietly(tmp)
             raise
+        WRITE_ERRORS.succeeded(self.path.name, self.path)
+        return True
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
