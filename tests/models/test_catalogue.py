@@ -70,7 +70,7 @@ def test_fields_botocore_parses_itself_agree(moto: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "baseline", "peak"), [
-    # AWS's published DescribeInstanceTypes figures, as ec2-network-facts.md quotes them
+    # AWS's published DescribeInstanceTypes figures (docs/ec2-network-facts.md, "Published bandwidth figures")
     ("m5.large", 0.75, 10.0),
     ("c5.4xlarge", 5.0, 10.0),
     ("t3.micro", 0.064, 5.0),

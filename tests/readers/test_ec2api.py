@@ -18,7 +18,7 @@ from agent.readers.ec2api import lookup_instance_type, parse_describe_instance_t
 from tests.conftest import free_port
 
 # Shaped like AWS's own DescribeInstanceTypes XML (EC2 API reference; lower-case booleans, the members
-# botocore 1.29 drops); m5.large's figures as ec2-network-facts.md quotes them.
+# botocore 1.29 drops); m5.large's figures as docs/ec2-network-facts.md ("Published bandwidth figures") quotes them.
 AWS_XML = """<?xml version="1.0" encoding="UTF-8"?>
 <DescribeInstanceTypesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
   <requestId>6b9d9bd4-5ba7-4a63-a1b3-0f2a2d6c1b1f</requestId>
