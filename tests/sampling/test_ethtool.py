@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.readers.ethtool import FixtureEthtoolReader, IoctlEthtoolReader, parse_ethtool_S
-from agent.sampling import CollectorStatus, NotSupported, run_collector
 from agent.models.ena import ena_features
 from agent.models.shaping import ethtool_shaping
+from agent.readers.ethtool import FixtureEthtoolReader, IoctlEthtoolReader, parse_ethtool_S
+from agent.sampling import CollectorStatus, NotSupported, run_collector
 from agent.sampling.ethtool import (
     DEFAULT_STATS,
     EthtoolCollector,
