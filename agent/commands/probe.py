@@ -63,6 +63,8 @@ def add_probe_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--streams", "-P", type=int, default=4, help="parallel streams (4)")
     sp.add_argument("--time", "-t", type=float, default=5.0, help="seconds to transmit (5)")
     sp.add_argument("--reverse", "-R", action="store_true", help="the server sends, we receive")
+    sp.add_argument("--bidir", action="store_true", help="both ways at once: --streams each way in one test "
+                    "(iperf3 3.7+'s --bidir; not with --reverse)")
     sp.add_argument("--udp", "-u", action="store_true", help="UDP: jitter and loss (1 Mbit/s per stream "
                     "unless --bitrate)")
     sp.add_argument("--bitrate", "-b", type=parse_bitrate, default=None, metavar="RATE",
@@ -111,6 +113,7 @@ def render_text(doc: dict[str, Any], out: TextIO) -> None:
     start, end = doc["start"], doc["end"]
     ts = start["test_start"]
     udp = ts["protocol"] == "UDP"
+    bidir = bool(ts.get("bidir"))
     conn = start["connecting_to"]
     out.write(f"Connecting to host {conn['host']}, port {conn['port']}\n")
     if ts["reverse"]:
@@ -123,39 +126,55 @@ def render_text(doc: dict[str, Any], out: TextIO) -> None:
         header = ("Total Datagrams" if sender_side else "Jitter    Lost/Total Datagrams")
     else:
         header = "Retr  Cwnd" if sender_side else ""
-    out.write(f"[ ID] Interval           Transfer     Bitrate         {header}\n".rstrip() + "\n")
-    multi = len(start["connected"]) > 1
+    # With --bidir iperf3 tags every line with its role: TX-C (this client sends) or RX-C (it receives).
+    role = "[Role]" if bidir else ""
+    out.write(f"[ ID]{role} Interval           Transfer     Bitrate         {header}\n".rstrip() + "\n")
+    multi = ts["num_streams"] > 1 if bidir else len(start["connected"]) > 1
     for i, iv in enumerate(doc["intervals"]):
         if multi and i:
             out.write("- - - - - - - - - - - - - - - - - - - - - - - - -\n")
-        rows = list(iv["streams"]) + ([dict(iv["sum"], socket="SUM")] if multi else [])
-        for row in rows:
-            out.write(_interval_line(row, udp) + "\n")
+        for key in ("sum", "sum_bidir_reverse"):
+            if key not in iv:
+                continue
+            rows = [r for r in iv["streams"] if r.get("sender") == iv[key]["sender"]] if bidir else list(iv["streams"])
+            rows += [dict(iv[key], socket="SUM")] if multi else []
+            for row in rows:
+                out.write(_interval_line(row, udp, bidir) + "\n")
     out.write("- - - - - - - - - - - - - - - - - - - - - - - - -\n")
-    out.write("[ ID] Interval           Transfer     Bitrate         " +
+    out.write(f"[ ID]{role} Interval           Transfer     Bitrate         " +
               ("Jitter    Lost/Total Datagrams\n" if udp else "Retr\n"))
-    for s in end["streams"]:
+    for suffix in ("", "_bidir_reverse") if bidir else ("",):
+        sent, recv = end["sum_sent" + suffix], end["sum_received" + suffix]
+        mine = sent["sender"] if not udp else end["sum" + suffix]["sender"]
+        tag = _role(mine) if bidir else ""
+        for s in end["streams"]:
+            row_sender = (s["udp"] if udp else s["sender"])["sender"]
+            if bidir and row_sender != mine:
+                continue
+            if udp:
+                u = s["udp"]
+                out.write(_summary_line(u["socket"], u, "", f"  {u['jitter_ms']:.3f} ms  {u['lost_packets']}/"
+                                        f"{u['packets']} ({u['lost_percent']:.2g}%)", tag) + "\n")
+            else:
+                out.write(_summary_line(s["sender"]["socket"], s["sender"], "sender",
+                                        f"  {s['sender'].get('retransmits', 0):4d}", tag) + "\n")
+                out.write(_summary_line(s["receiver"]["socket"], s["receiver"], "receiver", "      ", tag) + "\n")
         if udp:
-            u = s["udp"]
-            out.write(_summary_line(u["socket"], u, "", f"  {u['jitter_ms']:.3f} ms  {u['lost_packets']}/"
-                                    f"{u['packets']} ({u['lost_percent']:.2g}%)") + "\n")
+            out.write(_summary_line("SUM", sent, "sender", f"  {0.0:.3f} ms  0/{sent['packets']} (0%)", tag) + "\n")
+            out.write(_summary_line("SUM", recv, "receiver", f"  {recv['jitter_ms']:.3f} ms  {recv['lost_packets']}/"
+                                    f"{recv['packets']} ({recv['lost_percent']:.2g}%)", tag) + "\n")
         else:
-            out.write(_summary_line(s["sender"]["socket"], s["sender"], "sender",
-                                    f"  {s['sender'].get('retransmits', 0):4d}") + "\n")
-            out.write(_summary_line(s["receiver"]["socket"], s["receiver"], "receiver", "      ") + "\n")
-    sent, recv = end["sum_sent"], end["sum_received"]
-    if udp:
-        out.write(_summary_line("SUM", sent, "sender", f"  {0.0:.3f} ms  0/{sent['packets']} (0%)") + "\n")
-        out.write(_summary_line("SUM", recv, "receiver", f"  {recv['jitter_ms']:.3f} ms  {recv['lost_packets']}/"
-                                f"{recv['packets']} ({recv['lost_percent']:.2g}%)") + "\n")
-    else:
-        out.write(_summary_line("SUM", sent, "sender", f"  {sent.get('retransmits', 0):4d}") + "\n")
-        out.write(_summary_line("SUM", recv, "receiver", "      ") + "\n")
+            out.write(_summary_line("SUM", sent, "sender", f"  {sent.get('retransmits', 0):4d}", tag) + "\n")
+            out.write(_summary_line("SUM", recv, "receiver", "      ", tag) + "\n")
     cpu = end.get("cpu_utilization_percent")
     if cpu:
-        out.write(f"CPU Utilization: local/{'sender' if sender_side else 'receiver'} {cpu['host_total']:.1f}% "
+        local = "sender" if sender_side else "receiver"
+        remote = "receiver" if sender_side else "sender"
+        if bidir:
+            local = remote = "bidirectional"
+        out.write(f"CPU Utilization: local/{local} {cpu['host_total']:.1f}% "
                   f"({cpu['host_user']:.1f}%u/{cpu['host_system']:.1f}%s), remote/"
-                  f"{'receiver' if sender_side else 'sender'} {cpu['remote_total']:.1f}% "
+                  f"{remote} {cpu['remote_total']:.1f}% "
                   f"({cpu['remote_user']:.1f}%u/{cpu['remote_system']:.1f}%s)\n")
     rtt = end.get("burstwatch", {}).get("rtt_us")
     if rtt:
@@ -164,12 +183,17 @@ def render_text(doc: dict[str, Any], out: TextIO) -> None:
     out.write("\nburstwatch probe done.\n")
 
 
+def _role(sender: bool) -> str:
+    return "[TX-C]" if sender else "[RX-C]"
+
+
 def _label(sock: Any) -> str:
     return f"[{sock:>3}]" if isinstance(sock, str) else f"[{sock:3d}]"
 
 
-def _interval_line(row: dict[str, Any], udp: bool) -> str:
-    line = (f"{_label(row['socket'])} {row['start']:6.2f}-{row['end']:<6.2f} sec  {fmt_bytes(row['bytes']):>11}  "
+def _interval_line(row: dict[str, Any], udp: bool, bidir: bool = False) -> str:
+    tag = _role(bool(row.get("sender"))) if bidir else ""
+    line = (f"{_label(row['socket'])}{tag} {row['start']:6.2f}-{row['end']:<6.2f} sec  {fmt_bytes(row['bytes']):>11}  "
             f"{fmt_rate(row['bits_per_second']):>15}")
     if udp and "jitter_ms" in row:
         line += f"  {row['jitter_ms']:.3f} ms  {row['lost_packets']}/{row['packets']} ({row['lost_percent']:.2g}%)"
@@ -182,8 +206,8 @@ def _interval_line(row: dict[str, Any], udp: bool) -> str:
     return line
 
 
-def _summary_line(sock: Any, row: dict[str, Any], role: str, extra: str) -> str:
-    return (f"{_label(sock)} {row['start']:6.2f}-{row['end']:<6.2f} sec  {fmt_bytes(row['bytes']):>11}  "
+def _summary_line(sock: Any, row: dict[str, Any], role: str, extra: str, tag: str = "") -> str:
+    return (f"{_label(sock)}{tag} {row['start']:6.2f}-{row['end']:<6.2f} sec  {fmt_bytes(row['bytes']):>11}  "
             f"{fmt_rate(row['bits_per_second']):>15}{extra}  {role}").rstrip()
 
 
@@ -211,6 +235,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     req = ProbeRequest(host=host, port=target_port or port or DEFAULT_PORT, streams=_opt(args, "streams", 4),
                        duration=float(_opt(args, "time", 5.0)), reverse=bool(getattr(args, "reverse", False)),
                        udp=bool(getattr(args, "udp", False)), bitrate=getattr(args, "bitrate", None),
+                       bidir=bool(getattr(args, "bidir", False)),
                        interval=float(_opt(args, "interval", 1.0)),
                        connect_timeout=float(_opt(args, "connect_timeout", 5.0)))
     problem = validate(req)

@@ -26,7 +26,8 @@ RESULTS_TIMEOUT = 15.0
 @dataclass(frozen=True)
 class ProbeRequest:
     """One probe. `bitrate` is bits per second *per stream* as iperf3's -b (None: unlimited for TCP,
-    iperf3's 1 Mbit/s for UDP); `duration` and `interval` are seconds."""
+    iperf3's 1 Mbit/s for UDP); `duration` and `interval` are seconds. `bidir` (iperf3 3.7+'s --bidir):
+    `streams` each way at once, in one test; not with `reverse`."""
 
     host: str
     port: int = p.DEFAULT_PORT
@@ -37,6 +38,7 @@ class ProbeRequest:
     bitrate: Optional[int] = None
     connect_timeout: float = 5.0
     interval: float = 1.0
+    bidir: bool = False
 
 
 class ProbeError(Exception):
@@ -70,6 +72,8 @@ def validate(req: ProbeRequest) -> Optional[str]:
         return f"bitrate {req.bitrate} is negative"
     if req.connect_timeout <= 0:
         return "connect_timeout must be positive"
+    if req.bidir and req.reverse:
+        return "bidir and reverse cannot be used together (iperf3: cannot be both reverse and bidirectional)"
     return None
 
 
@@ -166,7 +170,8 @@ class _ClientTest:
         # iperf3 sends whole seconds; the server only uses them for its own safety timer, and we end the
         # test ourselves at exactly `duration`.
         return p.TestParams(protocol="udp" if req.udp else "tcp", duration=max(1, math.ceil(req.duration)),
-                            num_streams=req.streams, reverse=req.reverse, blksize=blksize, bandwidth=rate)
+                            num_streams=req.streams, reverse=req.reverse, bidirectional=req.bidir,
+                            blksize=blksize, bandwidth=rate)
 
     def connect_control(self) -> None:
         req = self.req
@@ -248,11 +253,14 @@ class _ClientTest:
             raise self.fail(str(exc)) from None
 
         local_sender = not req.reverse
+        # iperf_client_api.c: with --bidir the client makes its sending streams first, then its receiving
+        # ones; the server takes them in that order (iperf_server_api.c), and both number them 1, 3, 4, ...
+        roles = [True] * req.streams + [False] * req.streams if req.bidir else [local_sender] * req.streams
         settings = StreamSettings(rate=params.bandwidth, blksize=params.blksize)
         budget = ByteBudget(None)
-        for sid in p.stream_ids(req.streams):
+        for sid in p.stream_ids(len(roles)):
             self.socks.append(self.connect_stream(sid))
-        self.streams = make_streams(self.socks, sender=local_sender, udp=req.udp, settings=settings,
+        self.streams = make_streams(self.socks, sender=roles, udp=req.udp, settings=settings,
                                     budget=budget, label="c")
 
         self.expect((p.TEST_START,), setup, "TEST_START")
@@ -260,7 +268,7 @@ class _ClientTest:
         cpu = CpuMeter()
         t0 = time.monotonic()
         for s in self.streams:
-            self.records.append(StreamRecord(s.id, s.fd, local_sender, _hostport(s.local), _hostport(s.remote)))
+            self.records.append(StreamRecord(s.id, s.fd, s.sender, _hostport(s.local), _hostport(s.remote)))
         for s, rec in zip(self.streams, self.records):
             rec.samples.append(s.sample(t0))
             s.start(t0)
@@ -287,6 +295,15 @@ class _ClientTest:
                 s.stop()
             else:
                 s.stop_counting()
+        # With --bidir the server sends until it reads TEST_END, and our receivers have stopped counting:
+        # say it before waiting for our senders' last write (up to 0.2 s), or the reverse half would read
+        # that much low (iperf3's single-threaded client sends TEST_END at once too).
+        early_end = req.bidir
+        if early_end:
+            try:
+                ctrl.send_state(p.TEST_END, setup)
+            except p.ProtocolError as exc:
+                raise self.fail(str(exc)) from None
         for s in self.streams:
             if s.sender:
                 s.join(5.0)
@@ -295,16 +312,18 @@ class _ClientTest:
             rec.samples.append(s.sample(t_end))
         cpu_now = Cpu(*cpu.read())
         congestion = congestion_control(self.streams[0].sock) if not req.udp and self.streams else None
-        has_retrans = -1
-        if local_sender:
-            has_retrans = 1 if not req.udp and all(r.samples[-1].info is not None for r in self.records) else 0
+        has_retrans = -1  # iperf3 says -1 for a side that only received
+        if any(r.sender for r in self.records):
+            has_retrans = 1 if not req.udp and all(r.samples[-1].info is not None for r in self.records
+                                                   if r.sender) else 0
         duration = t_end - t0
         mine = p.Results(cpu_total=cpu_now.total, cpu_user=cpu_now.user, cpu_system=cpu_now.system,
                          sender_has_retransmits=has_retrans, congestion_used=congestion,
                          streams=tuple(self._my_result(s, rec, duration) for s, rec in zip(self.streams,
                                                                                            self.records)))
         try:
-            ctrl.send_state(p.TEST_END, setup)
+            if not early_end:
+                ctrl.send_state(p.TEST_END, setup)
             self.expect((p.EXCHANGE_RESULTS,), RESULTS_TIMEOUT, "EXCHANGE_RESULTS")
             ctrl.send_message(mine.to_json(), setup)
             theirs = p.parse_results(ctrl.recv_message(RESULTS_TIMEOUT, p.MAX_RESULTS_MESSAGE))
@@ -323,6 +342,7 @@ class _ClientTest:
         start = StartInfo(
             host=req.host, port=req.port, cookie=p.cookie_text(self.cookie), protocol="UDP" if req.udp else "TCP",
             num_streams=req.streams, blksize=params.blksize, duration=req.duration, reverse=req.reverse,
+            bidir=req.bidir,
             target_bitrate=params.bandwidth, timestamp=started_wall, tcp_mss_default=mss,
             sndbuf_actual=_sockopt(first, socket.SO_SNDBUF), rcvbuf_actual=_sockopt(first, socket.SO_RCVBUF))
         return build_document(start, self.records, t0, t_end, req.interval, theirs, cpu_now, congestion, req.udp)

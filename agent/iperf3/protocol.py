@@ -132,6 +132,36 @@ REASON_KEY = "burstwatch_error"
 # hourly budget): the client should treat it as "busy" and try again later, as iperf3 clients do.
 BUSY_KEY = "burstwatch_busy"
 MAX_REASON_MESSAGE = 4096
+# The most characters of a peer's value quoted in an error (and so in a log line): one bad parameter of
+# 60 KB must not make a 60 KB log line.
+MAX_QUOTED = 200
+
+
+def clip(text: str, limit: int = MAX_QUOTED) -> str:
+    """`text` cut to `limit` characters, saying how long it was when cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def quote(value: Any) -> str:
+    """A peer's value for an error message: its repr, clipped. A huge container is not rendered whole."""
+    if isinstance(value, (list, dict)) and len(value) > MAX_QUOTED:
+        return f"a {type(value).__name__} of {len(value)} items"
+    try:
+        return clip(repr(value))
+    except RecursionError:
+        return f"a deeply nested {type(value).__name__}"
+
+
+def _finite(value: Any) -> bool:
+    """A JSON number that fits the parsers: not a bool, and for a float not inf/nan (an int of any size
+    is finite; math.isfinite() of one beyond a float's range raises OverflowError)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, float) and math.isfinite(value)
 
 
 class ProtocolError(Exception):
@@ -190,7 +220,10 @@ def decode_message(body: bytes) -> dict[str, Any]:
     try:
         obj = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"malformed JSON message: {exc}") from None
+        raise ProtocolError(f"malformed JSON message: {clip(str(exc))}") from None
+    except RecursionError:
+        # 60,000 '[' fit in MAX_PARAMS_MESSAGE; json's parser recurses once per level (issue 13, row 4).
+        raise ProtocolError("malformed JSON message: nested too deeply") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"JSON message is a {type(obj).__name__}, not an object")
     return obj
@@ -321,11 +354,11 @@ class TestParams:
 def _num(obj: dict[str, Any], key: str, default: int = 0, lo: int = 0, hi: int = 2**63 - 1) -> int:
     """A numeric parameter as cJSON's valueint would read it, range-checked (ProtocolError if not a number)."""
     value = obj.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ProtocolError(f"parameter {key!r} is not a number: {value!r}")
+    if not _finite(value):
+        raise ProtocolError(f"parameter {key!r} is not a number: {quote(value)}")
     ivalue = int(value)
     if not lo <= ivalue <= hi:
-        raise ProtocolError(f"parameter {key!r} = {ivalue} is out of range {lo}..{hi}")
+        raise ProtocolError(f"parameter {key!r} = {quote(value)} is out of range {lo}..{hi}")
     return ivalue
 
 
@@ -337,7 +370,7 @@ def parse_params(obj: dict[str, Any]) -> TestParams:
     default_len = DEFAULT_TCP_BLKSIZE if protocol != "udp" else DEFAULT_UDP_BLKSIZE
     congestion = obj.get("congestion")
     if congestion is not None and (not isinstance(congestion, str) or len(congestion) > 16):
-        raise ProtocolError(f"parameter 'congestion' is not an algorithm name: {congestion!r}")
+        raise ProtocolError(f"parameter 'congestion' is not an algorithm name: {quote(congestion)}")
     version = obj.get("client_version")
     known = {"tcp", "udp", "sctp", "omit", "time", "num", "blockcount", "parallel", "reverse",
              "bidirectional", "len", "bandwidth", "fqrate", "window", "MSS", "nodelay", "TOS", "congestion",
@@ -405,17 +438,23 @@ class Results:
 
 
 def _signed(value: Any) -> int:
-    """iperf3 writes -1 through an unsigned 64-bit path (1.8446744073709552e+19); read that as -1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    """iperf3 writes -1 through an unsigned 64-bit path (1.8446744073709552e+19); read that as -1.
+    A number beyond 64 bits is no counter at all: ProtocolError."""
+    if not _finite(value):
         return -1
+    if value > 2**64:
+        raise ProtocolError(f"result counter {quote(value)} exceeds 64 bits")
     return -1 if value < 0 or value >= 2**63 else int(value)
 
 
 def _float(obj: dict[str, Any], key: str) -> float:
     value = obj.get(key, 0.0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ProtocolError(f"result {key!r} is not a number: {value!r}")
-    return float(value)
+    if _finite(value):
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond a float's range
+            pass
+    raise ProtocolError(f"result {key!r} is not a number: {quote(value)}")
 
 
 def parse_results(obj: dict[str, Any]) -> Results:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 from agent.iperf3 import protocol as p
 from agent.iperf3.streams import ByteBudget, Stream, StreamSettings
@@ -77,12 +77,19 @@ def answer_udp(sock: socket.socket, addr: Any, rebind: Callable[[], socket.socke
     return listener
 
 
-def make_streams(socks: Sequence[socket.socket], *, sender: bool, udp: bool, settings: StreamSettings,
-                 budget: Optional[ByteBudget], label: str) -> list[Stream]:
+def make_streams(socks: Sequence[socket.socket], *, sender: Union[bool, Sequence[bool]], udp: bool,
+                 settings: StreamSettings, budget: Optional[ByteBudget], label: str,
+                 send_budget: Optional[ByteBudget] = None) -> list[Stream]:
     """One Stream per data connection, numbered with iperf3's stream ids (1, 3, 4, ...): the client and
-    the server number the same connections the same way, which is how results are matched."""
-    return [Stream(sid, sock, sender=sender, udp=udp, settings=settings, budget=budget, label=label)
-            for sid, sock in zip(p.stream_ids(len(socks)), socks)]
+    the server number the same connections the same way, which is how results are matched. `sender` is
+    every stream's role, or one role per connection (--bidir); sending streams draw on `send_budget`
+    when it is given, the others on `budget`."""
+    roles = [sender] * len(socks) if isinstance(sender, bool) else list(sender)
+    if len(roles) != len(socks):
+        raise ValueError(f"{len(roles)} roles for {len(socks)} data connections")
+    return [Stream(sid, sock, sender=role, udp=udp, settings=settings,
+                   budget=(send_budget or budget) if role else budget, label=label)
+            for sid, sock, role in zip(p.stream_ids(len(socks)), socks, roles)]
 
 
 def apply_test_options(sock: socket.socket, params: p.TestParams) -> None:

@@ -302,7 +302,7 @@ class Stream:
             self.bytes += sent
 
     def _udp_recv(self) -> None:
-        sock, stop = self.sock, self.stop_event
+        sock, stop, budget = self.sock, self.stop_event, self.budget
         header = "!IIQ" if self.settings.udp_counters_64bit else "!III"
         hsize = struct.calcsize(header)
         buf = bytearray(65536)
@@ -316,6 +316,15 @@ class Stream:
                 raise
             if not self.counting or got < hsize:
                 continue
+            took = budget.take(got)
+            if took < got:
+                budget.give_back(took)
+                # Cap reached. A UDP sender does not wait for its receiver, so reading less would not slow
+                # it: close the socket instead, and the kernel answers its datagrams with ICMP port
+                # unreachable, which makes iperf3 (and burstwatch) senders fail their sends and stop.
+                self.counting = False
+                sock.close()
+                return
             arrival = time.monotonic()
             sec, usec, seq = struct.unpack_from(header, buf, 0)
             self.bytes += got

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import ipaddress
 import logging
+import socket
 import threading
 import time
 from typing import Callable, Mapping, Optional, Sequence, Union
@@ -41,7 +42,7 @@ def resolve_allow(configured: Optional[Sequence[str]], vpc_cidrs: Callable[[], S
 
 
 def client_ip(addr: str) -> Optional[Union[ipaddress.IPv4Address, ipaddress.IPv6Address]]:
-    """A peer's address as the policy sees it; None when it is not an IP address."""
+    """A peer's address as the policy sees it (without its scope id); None when it is not an IP address."""
     try:
         ip = ipaddress.ip_address(addr.split("%", 1)[0])
     except ValueError:
@@ -51,9 +52,45 @@ def client_ip(addr: str) -> Optional[Union[ipaddress.IPv4Address, ipaddress.IPv6
     return ip
 
 
+def _scope_index(scope: str) -> Optional[int]:
+    """An IPv6 scope id as an interface index: digits are one already, a name is looked up now (the
+    interface may come and go while the daemon runs); None for a name no interface has."""
+    if scope.isdigit():
+        return int(scope)
+    try:
+        return socket.if_nametoindex(scope)
+    except OSError:
+        return None
+
+
+def same_scope(entry: str, peer: Optional[str]) -> bool:
+    """Whether a peer's scope id (the `%eth0` of `fe80::1%eth0`, from accept()) names the interface of an
+    allow entry's scope id: compared as interface indexes, or as names when one has no index."""
+    if peer is None:
+        return False
+    if entry == peer:
+        return True
+    a, b = _scope_index(entry), _scope_index(peer)
+    return a is not None and a == b
+
+
 def is_allowed(addr: str, allow: Sequence[Network]) -> bool:
+    """Whether a peer may test. An entry with a scope id (`fe80::%eth0/64`) matches only peers on that
+    interface: link-local addresses repeat on every link, so without the scope the entry would let in
+    the same addresses on every other link (issue 13, row 8). An entry without one matches any link."""
     ip = client_ip(addr)
-    return ip is not None and any(ip.version == n.version and ip in n for n in allow)
+    if ip is None:
+        return False
+    _, sep, scope = addr.partition("%")
+    peer_scope = scope if sep and scope else None
+    for n in allow:
+        if ip.version != n.version or ip not in n:
+            continue
+        entry_scope = getattr(n.network_address, "scope_id", None)
+        if entry_scope and not same_scope(entry_scope, peer_scope):
+            continue
+        return True
+    return False
 
 
 def valid_cookie(cookie: bytes) -> bool:
@@ -73,16 +110,36 @@ class Refused(Exception):
         self.busy = busy
 
 
-def check_caps(params: p.TestParams, cfg: ResponderConfig) -> None:
+def data_connections(params: p.TestParams) -> int:
+    """The data connections a test makes: -P of them, twice with --bidir (one set each way)."""
+    return params.num_streams * (2 if params.bidirectional else 1)
+
+
+def udp_planned_bytes(params: p.TestParams, peak_bytes_per_second: Optional[float],
+                      cfg: ResponderConfig) -> Optional[float]:
+    """What a UDP test moves each way, known in advance because UDP goes at the asked rate whatever the
+    receiver does: rate x streams x length. `-b 0` (unlimited) goes as fast as the host can, so it is
+    planned at this size's peak, the most the shaper lets through (issue 13, row 7); None when the peak
+    is unknown too (then only max_bytes bounds it, at run time)."""
+    length = (params.duration + params.omit) or cfg.max_duration
+    if params.bandwidth > 0:
+        return params.bandwidth / 8 * params.num_streams * length
+    if peak_bytes_per_second is not None and peak_bytes_per_second > 0:
+        return peak_bytes_per_second * length
+    return None
+
+
+def check_caps(params: p.TestParams, cfg: ResponderConfig, peak_bytes_per_second: Optional[float] = None) -> None:
     """Raise Refused when the parameters ask for more than `[responder]` allows. Over-long or too-wide
     tests are refused, not clamped: iperf3 clients end a test by their own clock, so a clamped test would
-    report a rate over the wrong duration."""
+    report a rate over the wrong duration. `peak_bytes_per_second` (this size's, when known) plans UDP
+    tests without a rate."""
     if params.protocol not in ("tcp", "udp"):
         raise Refused("unsupported", f"protocol {params.protocol} is not supported (TCP and UDP are)", p.IEPROTOCOL)
-    if params.bidirectional:
-        raise Refused("unsupported", "bidirectional tests are not supported (run one each way)")
-    if params.num_streams > cfg.max_streams:
-        raise Refused("streams", f"{params.num_streams} streams exceed max_streams {cfg.max_streams}")
+    conns = data_connections(params)
+    if conns > cfg.max_streams:
+        what = f"2 x {params.num_streams} streams (--bidir)" if params.bidirectional else f"{conns} streams"
+        raise Refused("streams", f"{what} exceed max_streams {cfg.max_streams}")
     if params.duration == 0 and not params.bytes and not params.blocks:
         raise Refused("duration", f"an open-ended test (time 0 without a byte or block count) exceeds "
                       f"max_duration {cfg.max_duration:g}s")
@@ -96,11 +153,12 @@ def check_caps(params: p.TestParams, cfg: ResponderConfig) -> None:
         if not 16 <= params.blksize <= p.MAX_UDP_BLKSIZE:
             raise Refused("unsupported", f"UDP block size {params.blksize} is not 16..{p.MAX_UDP_BLKSIZE}",
                           p.IEUDPBLOCKSIZE)
-        # UDP goes at the asked rate whatever the receiver does, so its volume is known in advance.
-        planned = params.bandwidth / 8 * params.num_streams * (params.duration or cfg.max_duration)
-        if planned > cfg.max_bytes:
-            raise Refused("bytes", f"{params.num_streams} x {params.bandwidth} bit/s for "
-                          f"{params.duration or cfg.max_duration:g}s is {planned:.0f} bytes, over max_bytes "
+        planned = udp_planned_bytes(params, peak_bytes_per_second, cfg)
+        if planned is not None and planned > cfg.max_bytes:
+            length = (params.duration + params.omit) or cfg.max_duration
+            rate = (f"{params.num_streams} x {params.bandwidth} bit/s" if params.bandwidth
+                    else f"unlimited (-b 0) at this host's peak of {peak_bytes_per_second:.0f} bytes/s")
+            raise Refused("bytes", f"{rate} for {length:g}s is {planned:.0f} bytes, over max_bytes "
                           f"{cfg.max_bytes}")
     elif not 1 <= params.blksize <= p.MAX_TCP_BLKSIZE:
         raise Refused("unsupported", f"block size {params.blksize} is not 1..{p.MAX_TCP_BLKSIZE}", p.IEBLOCKSIZE)
@@ -150,6 +208,10 @@ def expected_bytes(params: p.TestParams, peak_bytes_per_second: Optional[float],
     asked = params.bytes or params.blocks * params.blksize
     expected = expected_test_bytes(length, peak_bytes_per_second, bitrate_bits_per_second=params.bandwidth,
                                    streams=params.num_streams, nbytes=asked)
+    if expected is None and params.protocol == "udp":
+        # UDP without a rate sends as fast as it can, whatever the receiver does: only the run-time
+        # cap bounds it, so plan for all of it (issue 13, row 7).
+        return float(cfg.max_bytes)
     return min(expected, float(cfg.max_bytes)) if expected is not None else None
 
 

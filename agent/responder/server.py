@@ -2,19 +2,23 @@
 
 An iperf3-compatible server for peers' probes, split by phase as esnet/iperf's iperf_server_api.c is:
 `policy` decides who may test and what, `session` runs one test, `stats` counts; this module owns the
-listening socket, the accept loop and the one-test-at-a-time rule.
+listening socket, the accept loop (one thread, one selector: a connection that owes its cookie costs a
+descriptor, never a thread) and the one-test-at-a-time rule.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import functools
 import logging
-import select
+import resource
+import selectors
 import socket
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
 
 from agent.config import ResponderConfig, split_hostport
@@ -22,6 +26,7 @@ from agent.iperf3 import protocol as p
 from agent.iperf3.sockets import bind_socket
 from agent.models.probe_cost import credit_state
 from agent.models.profile import BandwidthProfile
+from agent.responder.logs import LogLimiter
 from agent.responder.policy import (
     Network,
     RateLimiter,
@@ -35,7 +40,7 @@ from agent.responder.policy import (
     resolve_allow,
     valid_cookie,
 )
-from agent.responder.session import Dropped, Session, Timeouts, deny
+from agent.responder.session import Session, Timeouts, deny
 from agent.responder.stats import ResponderStats
 
 # resolve_allow is the wiring's (daemon, `burstwatch responder`): it turns `[responder] allow` into networks.
@@ -49,10 +54,58 @@ T = TypeVar("T")
 CreditSource = Callable[[], Optional[Mapping[str, Any]]]
 ProfileSource = Callable[[], Optional[BandwidthProfile]]
 
-# Connections that have not yet sent their cookie are handled in parallel so that a silent one cannot
-# hold the door shut; these bound how many such handshakes run at once (overall, per source).
-MAX_PENDING = 16
-MAX_PENDING_PER_SOURCE = 4
+# The listen backlog: when `max_pending` connections already owe their cookie, the accept loop stops
+# accepting and new connections wait here, in the kernel, instead of being reset (the kernel caps it
+# again at net.core.somaxconn, 4096 on Debian 12).
+BACKLOG = 128
+# Descriptors the responder leaves to the rest of the daemon (sampling, credit saving, /metrics): it
+# closes at once any connection whose descriptor lands in the top quarter of RLIMIT_NOFILE (at least 32).
+# Linux hands out the lowest free descriptor, so a high number means the process is that full. systemd's
+# default soft limit for a service is 1024: the responder stops at 768.
+FD_RESERVE_FRACTION = 4
+FD_RESERVE_MIN = 32
+# When accept() fails for want of descriptors or memory, the loop stops accepting for this long, doubling
+# while it goes on (up to the second figure); without it the loop spun at 100 % of a core, retrying at
+# once a connection the kernel keeps offering (issue 13, row 2: 8.7 CPU-s in 9 s).
+ACCEPT_BACKOFF = (0.1, 1.0)
+# accept() errors that mean "out of descriptors or memory", not "this connection went away".
+_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+# How long a client that sent its cookie while the last test was showing its results waits for it to end
+# before it is told "busy".
+PARK_WAIT = 2.0
+# At most this many connections are accepted per wake-up, so the loop also reads cookies and times out
+# silent connections under a flood.
+ACCEPT_BATCH = 64
+
+
+def fd_ceiling() -> int:
+    """The lowest descriptor number the responder will not keep (see FD_RESERVE_FRACTION)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 1 << 30
+    return max(0, soft - max(FD_RESERVE_MIN, soft // FD_RESERVE_FRACTION))
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A connection that owes its 37-byte cookie: a client that wants a test, or (`stream`) one of the
+    running test's data connections."""
+
+    conn: socket.socket
+    source: str
+    deadline: float
+    stream: bool
+    buf: bytearray = field(default_factory=bytearray)
+
+
+@dataclass(eq=False)
+class _Parked:
+    """A client whose cookie came while the last test was showing its results: it waits for that test."""
+
+    conn: socket.socket
+    source: str
+    cookie: bytes
+    deadline: float
 
 
 class Responder:
@@ -60,8 +113,11 @@ class Responder:
 
     One test at a time; a connection that arrives while a test runs gets ACCESS_DENIED at once, as
     iperf3's server does (iperf_server_api.c iperf_accept: "the server is busy running a test").
-    Connections still owing their cookie do not make the responder busy: each waits in its own thread,
-    so a silent client only wastes its own time."""
+    Connections still owing their cookie do not make the responder busy: the accept loop reads their
+    cookies as they come, so a silent client only wastes its own time. Limits: `max_pending_per_source`
+    such connections per source (past it the source's new ones are closed), `max_pending` in all (past it
+    the loop stops accepting and new connections wait in the listen backlog), and no descriptor in the
+    reserve above fd_ceiling()."""
 
     name = "responder"
 
@@ -82,16 +138,23 @@ class Responder:
         self.stats.allowed = tuple(str(n) for n in self.allow)
         self.stats.hourly_budget_bytes = cfg.hourly_budget_bytes
         self.limiter = RateLimiter(cfg.max_tests_per_hour, clock)
+        # Every line about one connection goes through here: a flood makes a few lines and a count.
+        self.events = LogLimiter(log)
         self._sock: Optional[socket.socket] = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
         self._active: Optional[Session] = None
         # True while this host runs a probe of its own: a test served meanwhile would compete with it on
         # the same NIC, so clients are told "busy" then too (the wiring hands in the probe service's flag).
         self.external_busy = external_busy
-        self._pending: collections.Counter[str] = collections.Counter()
-        self._waiting: set[socket.socket] = set()  # connections still owing their cookie
+        # The accept loop's own state (only its thread touches these, except the counts read by tests).
+        self._sel: Optional[selectors.BaseSelector] = None
+        self._pending: dict[int, _Pending] = {}
+        self._per_source: collections.Counter[str] = collections.Counter()
+        self._parked: list[_Parked] = []
+        self._paused_until = 0.0
+        self._backoff = 0.0
+        self._fd_ceiling = fd_ceiling()
         self._threads: list[threading.Thread] = []
         self._thread: Optional[threading.Thread] = None
         self.address: tuple[str, int] = ("", 0)
@@ -99,7 +162,14 @@ class Responder:
     # -- lifecycle ---------------------------------------------------------------------------------------
     def bind(self) -> None:
         host, port = split_hostport(self.cfg.listen)
-        sock = bind_socket(host, port)
+        sock = bind_socket(host, port, backlog=BACKLOG)
+        try:
+            # Made here, on the caller's thread, so that start() fails at once (and the loop can never
+            # lack its selector later) when descriptors are short.
+            self._sel = selectors.DefaultSelector()
+        except OSError:
+            sock.close()
+            raise
         self._sock = sock
         self.address = sock.getsockname()[:2]
         self.stats.listening = True
@@ -122,11 +192,6 @@ class Responder:
         self._stop.set()
         with self._lock:
             test = self._active
-            for conn in self._waiting:
-                try:
-                    conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
         if test is not None:
             test.abort()
         deadline = time.monotonic() + timeout
@@ -137,7 +202,11 @@ class Responder:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        if self._sel is not None and (self._thread is None or not self._thread.is_alive()):
+            self._sel.close()  # bound but never served (the loop closes its own on the way out)
+            self._sel = None
         self.stats.listening = False
+        self.events.flush(force=True)
 
     def reconfigure(self, cfg: ResponderConfig, allow: Sequence[Union[str, Network]]) -> None:
         """Apply a reloaded `[responder]` (SIGHUP): caps and the allow list take effect for the next test;
@@ -151,66 +220,239 @@ class Responder:
         self.stats.hourly_budget_bytes = cfg.hourly_budget_bytes
         self.limiter.per_hour = cfg.max_tests_per_hour
 
+    def pending(self) -> int:
+        """Connections held before they became a test: owing their cookie, or parked."""
+        return len(self._pending) + len(self._parked)
+
     def serve_forever(self) -> None:
         """Accept connections until stop(); binds first when start() did not."""
         if self._sock is None:
             self.bind()
-        assert self._sock is not None
-        lsock = self._sock
-        while not self._stop.is_set():
-            try:
-                ready, _, _ = select.select([lsock], [], [], 0.25)
-            except (OSError, ValueError):
-                break
-            if not ready:
-                continue
-            try:
-                conn, addr = lsock.accept()
-            except OSError as exc:
-                log.debug("responder: accept failed: %s", exc)
-                continue
-            self.stats.connection()
-            try:
-                self._dispatch(conn, str(addr[0]))
-            except Exception:  # one bad connection must never stop the responder
-                log.exception("responder: dispatching a connection from %s failed", addr[0])
-                conn.close()
-        self._threads = [t for t in self._threads if t.is_alive()]
+        assert self._sock is not None and self._sel is not None
+        lsock, sel = self._sock, self._sel
+        lsock.setblocking(False)
+        listening = False
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                want = now >= self._paused_until and self.pending() < self.cfg.max_pending
+                if want != listening:
+                    if want:
+                        sel.register(lsock, selectors.EVENT_READ, None)
+                    else:
+                        sel.unregister(lsock)
+                    listening = want
+                try:
+                    events = sel.select(self._wait(now))
+                except (OSError, ValueError):
+                    break
+                for key, _ in events:
+                    if key.data is None:
+                        self._accept_batch(lsock)
+                    else:
+                        self._read_cookie(key.data)
+                now = time.monotonic()
+                self._expire(now)
+                self._serve_parked(now)
+                self.events.flush()
+        finally:
+            for pend in list(self._pending.values()):
+                self._forget(pend)
+                pend.conn.close()
+            for park in self._parked:
+                deny(park.conn, None)
+            self._parked = []
+            sel.close()
+            self._sel = None
+            self._threads = [t for t in self._threads if t.is_alive()]
+
+    def _wait(self, now: float) -> float:
+        """Seconds the loop may sleep: until the next cookie deadline, the end of an accept pause, or
+        0.25 s (stop() is noticed within that); a parked client is looked at every 20 ms."""
+        wait = 0.25
+        if self._parked:
+            wait = 0.02
+        if self._pending:
+            wait = min(wait, min(p_.deadline for p_ in self._pending.values()) - now)
+        if now < self._paused_until:
+            wait = min(wait, self._paused_until - now)
+        return max(0.0, wait)
 
     # -- connections -------------------------------------------------------------------------------------
-    def _dispatch(self, conn: socket.socket, src: str) -> None:
+    def _accept_batch(self, lsock: socket.socket) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, addr = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in _EXHAUSTED:
+                    self._pause(f"cannot accept a connection: {exc.strerror}")
+                    return
+                log.debug("responder: accept failed: %s", exc)  # the peer left before we took it
+                continue
+            self._backoff = 0.0
+            self.stats.connection()
+            src = str(addr[0])
+            if len(addr) >= 4 and addr[3] and "%" not in src:
+                # A link-local peer: its interface, as accept() gives it (scope_id), for a scoped allow entry.
+                src = f"{src}%{addr[3]}"
+            try:
+                self._on_accept(conn, src)
+            except Exception:  # one bad connection must never stop the responder
+                self.events.log(logging.ERROR, "dispatch error", "responder: dispatching a connection from %s "
+                                "failed", str(addr[0]), exc_info=True)
+                conn.close()
+            if self.pending() >= self.cfg.max_pending:
+                return
+
+    def _pause(self, why: str) -> None:
+        """Stop accepting for a while (descriptors or memory ran out), doubling while it goes on."""
+        lo, hi = ACCEPT_BACKOFF
+        self._backoff = min(hi, max(lo, self._backoff * 2))
+        self._paused_until = time.monotonic() + self._backoff
+        self.events.log(logging.WARNING, "accept paused", "responder: %s; not accepting for %.1f s", why,
+                        self._backoff)
+
+    def _drop(self, conn: socket.socket, source: str, reason: str, detail: str,
+              level: int = logging.INFO) -> None:
+        self.stats.count("dropped", reason)
+        self.events.log(level, f"dropped {reason}", "responder: dropped peer=%s reason=%s: %s", source, reason,
+                        detail)
+        conn.close()
+
+    def _refuse_busy(self, conn: socket.socket, source: str) -> None:
+        self.stats.count("refused", "busy")
+        self.events.log(logging.INFO, "refused busy", "responder: refused peer=%s reason=busy", source)
+        deny(conn, None)
+
+    def _on_accept(self, conn: socket.socket, src: str) -> None:
         source = str(client_ip(src) or src)
+        if conn.fileno() >= self._fd_ceiling:
+            self._drop(conn, source, "overload", f"descriptor {conn.fileno()} is in the reserve kept for "
+                       f"sampling and /metrics (the responder keeps none from {self._fd_ceiling} up)",
+                       logging.WARNING)
+            self._pause("descriptors are running out")
+            return
         if not is_allowed(src, self.allow):
-            log.info("responder: refused peer=%s reason=not_allowed", source)
             self.stats.count("refused", "not_allowed")
+            self.events.log(logging.INFO, "refused not_allowed", "responder: refused peer=%s reason=not_allowed",
+                            source)
             deny(conn, f"source {source} is not in the responder's allow list")
             return
         with self._lock:
             test = self._active
-            if test is not None and test.wants_stream_from(source):
-                test.offer(conn)
-                return
-            busy = (test is not None and not test.finishing) or self._stop.is_set() or self.external_busy()
-            overloaded = (sum(self._pending.values()) >= MAX_PENDING
-                          or self._pending[source] >= MAX_PENDING_PER_SOURCE)
-            if not busy and not overloaded:
-                self._pending[source] += 1
-                self._waiting.add(conn)
+            stream = test is not None and test.wants_stream_from(source)
+            busy = not stream and ((test is not None and not test.finishing) or self._stop.is_set()
+                                   or self.external_busy())
+            # The running test's own data connections come on top of its source's share.
+            limit = self.cfg.max_pending_per_source + (test.data_connections() if stream and test else 0)
+            over = self._per_source[source] >= limit
         if busy:
-            log.info("responder: refused peer=%s reason=busy", source)
-            self.stats.count("refused", "busy")
-            deny(conn, None)
+            self._refuse_busy(conn, source)
             return
-        if overloaded:
-            log.warning("responder: dropped peer=%s reason=overload (too many connections owe a cookie)", source)
-            self.stats.count("dropped", "overload")
-            conn.close()
+        if over:
+            self._drop(conn, source, "overload", f"{self._per_source[source]} of its connections already owe "
+                       f"a cookie (max_pending_per_source {self.cfg.max_pending_per_source})", logging.WARNING)
             return
-        t = threading.Thread(target=self._handshake, args=(conn, source), name=f"responder-{source}", daemon=True)
-        self._threads = [x for x in self._threads if x.is_alive()] + [t]
-        t.start()
+        assert self._sel is not None
+        conn.setblocking(False)
+        wait = self.timeouts.stream_cookie if stream else self.timeouts.cookie
+        pend = _Pending(conn, source, time.monotonic() + wait, stream)
+        self._pending[conn.fileno()] = pend
+        self._per_source[source] += 1
+        self._sel.register(conn, selectors.EVENT_READ, pend)
+        # Most clients send their cookie with the handshake's last ACK: read it now, so a burst of
+        # connections from one source is not held against its share while the batch is accepted.
+        self._read_cookie(pend)
 
-    def _handshake(self, conn: socket.socket, source: str) -> None:
+    def _forget(self, pend: _Pending) -> None:
+        """A connection no longer owes its cookie."""
+        self._pending.pop(pend.conn.fileno(), None)
+        self._per_source[pend.source] -= 1
+        if self._per_source[pend.source] <= 0:
+            del self._per_source[pend.source]
+        if self._sel is not None:
+            try:
+                self._sel.unregister(pend.conn)
+            except (KeyError, ValueError):
+                pass
+
+    def _read_cookie(self, pend: _Pending) -> None:
+        try:
+            chunk = pend.conn.recv(p.COOKIE_SIZE - len(pend.buf))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._forget(pend)
+            self._drop(pend.conn, pend.source, "closed", f"failed before sending a cookie: {exc}")
+            return
+        if not chunk:
+            self._forget(pend)
+            self._drop(pend.conn, pend.source, "closed", "closed before sending a cookie")
+            return
+        pend.buf += chunk
+        if len(pend.buf) < p.COOKIE_SIZE:
+            return
+        self._forget(pend)
+        cookie = bytes(pend.buf)
+        if not valid_cookie(cookie):
+            self._drop(pend.conn, pend.source, "garbage", "sent something that is not an iperf3 cookie")
+            return
+        self._on_cookie(pend.conn, pend.source, cookie)
+
+    def _expire(self, now: float) -> None:
+        for pend in [x for x in self._pending.values() if x.deadline <= now]:
+            self._forget(pend)
+            wait = self.timeouts.stream_cookie if pend.stream else self.timeouts.cookie
+            self._drop(pend.conn, pend.source, "timeout", f"no cookie within {wait:g}s")
+
+    def _on_cookie(self, conn: socket.socket, source: str, cookie: bytes) -> None:
+        """A well-formed cookie: the running test's data connection, a new test, or a client told "busy"."""
+        with self._lock:
+            test = self._active
+            if test is not None and test.accepting and source == test.source and cookie == test.cookie:
+                if test.offer(conn):
+                    return
+                test = None  # more data connections than the test asked for
+                extra = True
+            else:
+                extra = False
+            busy = (test is not None and not test.finishing) or self._stop.is_set() or self.external_busy()
+            if not busy and not extra:
+                if test is None:
+                    self._start(conn, source, cookie)
+                    return
+                # A test that has shown its results is as good as over: wait for it rather than turn away
+                # a client that starts its next test the moment the last one ended.
+                self._parked.append(_Parked(conn, source, cookie, time.monotonic() + PARK_WAIT))
+                return
+        if extra:
+            self._drop(conn, source, "overload", "a data connection beyond the test's streams")
+            return
+        self._refuse_busy(conn, source)
+
+    def _serve_parked(self, now: float) -> None:
+        if not self._parked:
+            return
+        keep = []
+        for park in self._parked:
+            with self._lock:
+                test = self._active
+                stopping = self._stop.is_set() or self.external_busy()
+                if test is None and not stopping:
+                    self._start(park.conn, park.source, park.cookie)
+                    continue
+                waiting = test is not None and test.finishing and not stopping and now < park.deadline
+            if waiting:
+                keep.append(park)
+            else:
+                self._refuse_busy(park.conn, park.source)
+        self._parked = keep
+
+    def _start(self, conn: socket.socket, source: str, cookie: bytes) -> None:
+        """Make `conn` the test (call with the lock held): a Session run on its own thread."""
+        conn.setblocking(True)
         # One-byte state messages go out back to back (TEST_START, TEST_RUNNING): without TCP_NODELAY
         # Nagle holds the second until the first is ACKed, and a delayed ACK makes that 40 ms (iperf3
         # sets TCP_NODELAY on its control socket too, iperf_server_api.c iperf_accept).
@@ -218,71 +460,40 @@ class Responder:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        ctrl = p.Control(conn, source)
-        claimed = False
+        test = Session(p.Control(conn, source), source, cookie, cfg=self.cfg, timeouts=self.timeouts,
+                       stats=self.stats, address=self.address, events=self.events,
+                       admit=functools.partial(self._admit, self.cfg, source))
+        self._active = test
+        t = threading.Thread(target=self._run_test, args=(test,), name=f"responder-{source}", daemon=True)
+        self._threads = [x for x in self._threads if x.is_alive()] + [t]
+        t.start()
+
+    def _run_test(self, test: Session) -> None:
+        source = test.source
         try:
-            try:
-                cookie = ctrl.recv_exact(p.COOKIE_SIZE, self.timeouts.cookie)
-            except p.Timeout:
-                raise Dropped("timeout", f"no cookie within {self.timeouts.cookie:g}s") from None
-            except p.PeerClosed:
-                raise Dropped("closed", "closed before sending a cookie") from None
-            except p.ProtocolError as exc:
-                raise Dropped("closed", str(exc)) from None
-            if not valid_cookie(cookie):
-                raise Dropped("garbage", "sent something that is not an iperf3 cookie")
-            with self._cond:
-                self._release(conn, source)
-                claimed = True
-                # A test that has shown its results is as good as over: wait for it rather than turn away
-                # a client that starts its next test the moment the last one ended.
-                deadline = time.monotonic() + 2.0
-                while (self._active is not None and self._active.finishing and not self._stop.is_set()
-                       and time.monotonic() < deadline):
-                    self._cond.wait(max(0.0, deadline - time.monotonic()))
-                busy = self._active is not None or self._stop.is_set() or self.external_busy()
-                test = None if busy else Session(ctrl, source, cookie, cfg=self.cfg, timeouts=self.timeouts,
-                                                 stats=self.stats, address=self.address,
-                                                 admit=functools.partial(self._admit, self.cfg, source))
-                if test is not None:
-                    self._active = test
-            if test is None:
-                log.info("responder: refused peer=%s reason=busy", source)
-                self.stats.count("refused", "busy")
-                deny(conn, None)
+            if not self.limiter.allow(source):
+                self.stats.count("refused", "rate_limited")
+                self.events.log(logging.INFO, "refused rate_limited", "responder: refused peer=%s "
+                                "reason=rate_limited (max_tests_per_hour %d)", source, self.cfg.max_tests_per_hour)
+                deny(test.ctrl.sock, f"source {source} already ran {self.cfg.max_tests_per_hour} tests in the "
+                                     "last hour (max_tests_per_hour)")
                 return
-            try:
-                if not self.limiter.allow(source):
-                    self.stats.count("refused", "rate_limited")
-                    log.info("responder: refused peer=%s reason=rate_limited (max_tests_per_hour %d)", source,
-                             self.cfg.max_tests_per_hour)
-                    deny(conn, f"source {source} already ran {self.cfg.max_tests_per_hour} tests in the last "
-                                  "hour (max_tests_per_hour)")
-                    return
-                test.run()
-            finally:
-                with self._cond:
-                    self._active = None
-                    self._cond.notify_all()
-        except Dropped as exc:
-            log.info("responder: dropped peer=%s reason=%s: %s", source, exc.reason, exc)
-            self.stats.count("dropped", exc.reason)
-            conn.close()
+            test.run()
         except Exception:
-            log.exception("responder: handshake with %s failed", source)
-            conn.close()
+            self.events.log(logging.ERROR, "test error", "responder: the test from %s failed", source,
+                            exc_info=True)
+            test.ctrl.sock.close()
         finally:
-            if not claimed:
-                with self._lock:
-                    self._release(conn, source)
+            with self._lock:
+                self._active = None
 
     # -- admission ---------------------------------------------------------------------------------------
     def _admit(self, cfg: ResponderConfig, source: str, params: p.TestParams) -> None:
         """Raise Refused for a test this responder will not run now: over a cap (for good), or, answered
         as busy, one that would drain a bucket under the credit floor or overspend the hourly budget."""
-        check_caps(params, cfg)
         profile = self._read("profile", self._profile)
         peak = profile.peak_bytes_per_second if profile is not None else None
+        check_caps(params, cfg, peak)
         expected = expected_bytes(params, peak, cfg)
         # Only a size with a burst bucket has credits to guard: an unknown profile, or one whose baseline
         # equals its peak, is credit-blind, and there only the budget applies.
@@ -305,10 +516,3 @@ class Responder:
         except Exception:
             log.exception("responder: cannot read this host's %s; serving as credit-blind", what)
             return None
-
-    def _release(self, conn: socket.socket, source: str) -> None:
-        """A connection no longer owes its cookie (call with the lock held)."""
-        self._waiting.discard(conn)
-        self._pending[source] -= 1
-        if self._pending[source] <= 0:
-            del self._pending[source]

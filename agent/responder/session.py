@@ -18,7 +18,8 @@ from agent.iperf3 import protocol as p
 from agent.iperf3.sockets import answer_udp, apply_test_options, bind_socket, make_streams
 from agent.iperf3.streams import ByteBudget, CpuMeter, Stream, StreamSettings
 from agent.iperf3.tcpinfo import congestion_control
-from agent.responder.policy import Refused, check_caps, client_ip
+from agent.responder.logs import LogLimiter
+from agent.responder.policy import Refused, check_caps, client_ip, data_connections
 from agent.responder.stats import ResponderStats
 
 log = logging.getLogger(__name__)
@@ -66,24 +67,30 @@ def deny(conn: socket.socket, reason_text: Optional[str], state: int = p.ACCESS_
 
 
 class Session:
-    """One test from PARAM_EXCHANGE to IPERF_DONE, run in the handshake thread of the connection that
-    became the test. `address` is the responder's own (host, port): UDP streams are made there."""
+    """One test from PARAM_EXCHANGE to IPERF_DONE, run on its own thread once the accept loop has read
+    the client's cookie. `address` is the responder's own (host, port): UDP streams are made there."""
 
     def __init__(self, ctrl: p.Control, source: str, cookie: bytes, *, cfg: ResponderConfig,
                  timeouts: Timeouts, stats: ResponderStats, address: tuple[str, int],
-                 admit: Optional[Callable[[p.TestParams], None]] = None) -> None:
+                 admit: Optional[Callable[[p.TestParams], None]] = None,
+                 events: Optional[LogLimiter] = None) -> None:
         self.cfg = cfg
         # Raises Refused for a test the responder will not run (caps, credit guard); default: the caps.
         self.admit = admit or (lambda params: check_caps(params, cfg))
         self.t = timeouts
         self.stats = stats
+        self.events = events or LogLimiter(log)
         self.address = address
         self.ctrl = ctrl
         self.source = source
         self.cookie = cookie
         self.params: Optional[p.TestParams] = None
-        self.incoming: queue.Queue[socket.socket] = queue.Queue()
+        # Data connections whose cookie the accept loop has checked, for _collect. Bounded: a test never
+        # needs more than max_streams, and a client that opens more gets them closed (issue 13, row 2).
+        self.incoming: queue.Queue[socket.socket] = queue.Queue(maxsize=max(1, cfg.max_streams))
         self.accepting = False
+        # Cookie and parameters accepted: only such a test counts in tests_total (issue 13, row 6).
+        self.started = False
         self.streams: list[Stream] = []
         self.udp_sock: Optional[socket.socket] = None
         self.aborted = threading.Event()
@@ -92,8 +99,17 @@ class Session:
     def wants_stream_from(self, source: str) -> bool:
         return self.accepting and source == self.source
 
-    def offer(self, conn: socket.socket) -> None:
-        self.incoming.put(conn)
+    def data_connections(self) -> int:
+        """How many data connections the test makes (0 before its parameters are known)."""
+        return data_connections(self.params) if self.params is not None else 0
+
+    def offer(self, conn: socket.socket) -> bool:
+        """A data connection with the test's cookie; False when the test has all it asked for."""
+        try:
+            self.incoming.put_nowait(conn)
+        except queue.Full:
+            return False
+        return True
 
     def abort(self) -> None:
         """Called from another thread (stop()): unblock everything this test waits on."""
@@ -114,24 +130,30 @@ class Session:
     def run(self) -> None:
         stats = self.stats
         stats.set_live(self.live_bytes)
-        result: Optional[str] = "aborted"
+        # None: not a test (refused, or dropped before its parameters were accepted): it counts only
+        # under its refusal or drop reason, never in tests_total.
+        result: Optional[str] = None
         try:
             self._run()
             result = "completed"
         except Refused as exc:
-            result = None  # counted as a refusal, not as a test
             stats.count("refused", exc.reason)
-            log.info("responder: refused peer=%s reason=%s: %s", self.source, exc.reason, exc)
+            self.events.log(logging.INFO, f"refused {exc.reason}", "responder: refused peer=%s reason=%s: %s",
+                            self.source, exc.reason, str(exc))
             if exc.busy:
                 self._send_refusal(p.encode_state(p.ACCESS_DENIED), str(exc), busy=True)
             else:
                 self._send_refusal(p.encode_state(p.SERVER_ERROR) + struct.pack("!ii", exc.code, 0), str(exc))
         except Dropped as exc:
+            result = "aborted" if self.started else None
             stats.count("dropped", exc.reason)
-            log.info("responder: dropped peer=%s reason=%s: %s", self.source, exc.reason, exc)
+            self.events.log(logging.INFO, f"dropped {exc.reason}", "responder: dropped peer=%s reason=%s: %s",
+                            self.source, exc.reason, str(exc))
         except Exception:
+            result = "aborted" if self.started else None
             stats.count("dropped", "stream_error")
-            log.exception("responder: test from %s failed", self.source)
+            self.events.log(logging.ERROR, "dropped stream_error", "responder: test from %s failed",
+                            self.source, exc_info=True)
         finally:
             self.accepting = False
             self.finishing = True
@@ -197,24 +219,37 @@ class Session:
             raise Dropped("closed", "closed before sending parameters") from None
         except (p.ProtocolError, struct.error) as exc:
             raise Dropped("garbage", f"bad parameters: {exc}") from None
-        self.params = params
         self.admit(params)
+        self.params = params
+        self.started = True
         udp = params.protocol == "udp"
         if udp:
             self.udp_sock = self._udp_listener()
+        n = params.num_streams
+        if params.bidirectional:
+            # iperf_server_api.c: with --bidir the first -P data connections are the client's senders
+            # (we receive), the next -P its receivers (we send); iperf_client_api.c makes them in that order.
+            roles = [False] * n + [True] * n
+            mode = "bidirectional (we receive and send)"
+        else:
+            roles = [params.reverse] * n
+            mode = "reverse (we send)" if params.reverse else "we receive"
         log.info("responder: test from %s: %s, %d streams, %ds, %s", self.source, params.protocol.upper(),
-                 params.num_streams, params.duration, "reverse (we send)" if params.reverse else "we receive")
+                 n, params.duration, mode)
 
         self.accepting = True
         self._send_state(p.CREATE_STREAMS)
-        socks = (self._collect(params, "UDP streams", self._take_udp) if udp
-                 else self._collect(params, "streams", self._take_tcp))
+        socks = (self._collect(len(roles), "UDP streams", self._take_udp) if udp
+                 else self._collect(len(roles), "streams", self._take_tcp))
         self.accepting = False
         self._drain_incoming()
 
         length = (params.duration + params.omit) or self.cfg.max_duration
         asked = params.bytes or params.blocks * params.blksize
-        budget = ByteBudget(min(self.cfg.max_bytes, asked) if asked else self.cfg.max_bytes)
+        # max_bytes (or the client's -n/-k, when smaller) bounds each direction on its own: a --bidir test
+        # drains both buckets, and the credit guard reckons each the same way (policy.expected_bytes).
+        cap = min(self.cfg.max_bytes, asked) if asked else self.cfg.max_bytes
+        recv_budget, send_budget = ByteBudget(cap), ByteBudget(cap)
         for sock in socks:
             apply_test_options(sock, params)
         self._send_state(p.TEST_START)
@@ -224,8 +259,8 @@ class Session:
         settings = StreamSettings(rate=params.bandwidth, blksize=params.blksize,
                                   udp_counters_64bit=params.udp_counters_64bit,
                                   deadline=t0 + min(length, self.cfg.max_duration) + t.send_slack)
-        self.streams = make_streams(socks, sender=params.reverse, udp=udp, settings=settings, budget=budget,
-                                    label="r")
+        self.streams = make_streams(socks, sender=roles, udp=udp, settings=settings, budget=recv_budget,
+                                    send_budget=send_budget, label="r")
         first = [s.sample(t0) for s in self.streams]
         for s in self.streams:
             s.start(t0)
@@ -267,9 +302,10 @@ class Session:
         last = [dataclasses.replace(x, bytes=s.bytes, packets=s.packets, errors=s.errors,
                                     outoforder=s.outoforder, jitter=s.jitter) for s, x in zip(self.streams, last)]
         total, user, system = cpu.read()
-        has_retrans = -1
-        if params.reverse:
-            has_retrans = 1 if not udp and all(x.info is not None for x in last) else 0
+        has_retrans = -1  # iperf3 says -1 for a side that only received
+        if any(s.sender for s in self.streams):
+            has_retrans = 1 if not udp and all(x.info is not None for s, x in zip(self.streams, last)
+                                               if s.sender) else 0
         mine = p.Results(
             cpu_total=total, cpu_user=user, cpu_system=system, sender_has_retransmits=has_retrans,
             congestion_used=congestion,
@@ -312,17 +348,17 @@ class Session:
                          f" {s.bytes * 8 / seconds / 1e6 if seconds > 0 else 0:.1f} Mbit/s")
         return "\n".join(lines) + "\n"
 
-    def _collect(self, params: p.TestParams, what: str,
+    def _collect(self, count: int, what: str,
                  take: Callable[[float, float], Optional[socket.socket]]) -> list[socket.socket]:
-        """Make the test's data connections: `take(wait, deadline)` returns the next one or None, for TCP
-        and UDP alike; the control connection must stay quiet meanwhile, and all must come in time."""
+        """Make the test's `count` data connections: `take(wait, deadline)` returns the next one or None,
+        for TCP and UDP alike; the control connection must stay quiet meanwhile, and all must come in time."""
         socks: list[socket.socket] = []
         deadline = time.monotonic() + self.t.streams
         try:
-            while len(socks) < params.num_streams:
+            while len(socks) < count:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise Dropped("timeout", f"made {len(socks)} of {params.num_streams} {what} within "
+                    raise Dropped("timeout", f"made {len(socks)} of {count} {what} within "
                                   f"{self.t.streams:g}s")
                 self._check_ctrl_quiet()
                 sock = take(min(left, 0.2), deadline)
@@ -335,23 +371,14 @@ class Session:
         return socks
 
     def _take_tcp(self, wait: float, deadline: float) -> Optional[socket.socket]:
-        """A data connection the accept loop offered, if its cookie is the test's."""
+        """A data connection the accept loop offered: it has read the test's cookie from it already (one
+        with another cookie got ACCESS_DENIED there, as in iperf_tcp.c iperf_tcp_accept)."""
         try:
             conn = self.incoming.get(timeout=wait)
         except queue.Empty:
             return None
-        got = self._stream_cookie(conn, max(0.1, min(self.t.stream_cookie, deadline - time.monotonic())))
-        if got == self.cookie:
-            return conn
-        # iperf_tcp.c iperf_tcp_accept: a wrong cookie gets ACCESS_DENIED; the test goes on.
-        deny(conn, None)
-        return None
-
-    def _stream_cookie(self, conn: socket.socket, timeout: float) -> Optional[bytes]:
-        try:
-            return p.Control(conn, self.source).recv_exact(p.COOKIE_SIZE, timeout)
-        except p.ProtocolError:
-            return None
+        conn.setblocking(True)
+        return conn
 
     def _check_ctrl_quiet(self) -> None:
         """Before TEST_START the client says nothing; data (or EOF) on the control connection ends the test."""

@@ -1,4 +1,5 @@
-"""Interop with Debian's iperf3 3.12 both ways: burstwatch -> `iperf3 -s`, `iperf3 -c` -> the responder.
+"""Interop with Debian's iperf3 3.12 and a current iperf3 (3.21+) both ways: burstwatch -> `iperf3 -s`,
+`iperf3 -c` -> the responder, one-way and --bidir.
 
 The two sides of every test must agree: what one side says it received is what the other side's report
 shows as received, and sender and receiver rates differ only by what was in flight at the end.
@@ -17,7 +18,9 @@ from agent.iperf3 import ProbeRequest, run_probe, summarize
 from tests.conftest import require_root_tools
 from tests.probes.iperf3_helpers import (
     free_port,
+    iperf3_bin,
     iperf3_json,
+    iperf3_new_bin,
     iperf3_server,
     listening,
     responder,
@@ -151,3 +154,74 @@ def test_iperf3_options_against_responder(options: list[str]) -> None:
         assert end["sender_tcp_congestion"] == "reno"
     if "--get-server-output" in options:
         assert "burstwatch responder: 2 streams" in doc["server_output_text"]
+
+
+# -- --bidir (issue 13, row 9) and a current iperf3 ----------------------------------------------------------
+
+VERSIONS = {"3.12": iperf3_bin, "3.21": iperf3_new_bin}
+
+
+def test_the_current_iperf3_is_what_it_says() -> None:
+    import subprocess
+
+    out = subprocess.run([iperf3_new_bin(), "--version"], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("iperf 3.2"), out
+
+
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+@pytest.mark.parametrize("udp", [False, True], ids=["tcp", "udp"])
+def test_iperf3_bidir_against_responder(version: str, udp: bool) -> None:
+    """`iperf3 -c --bidir` from 3.12 and 3.21 against the responder: one test, both directions, and each
+    side's count of what it moved is what the other reports."""
+    extra = ["-u", "-b", "20M"] if udp else []
+    with responder(max_bytes=BIG) as r:
+        doc = iperf3_json("127.0.0.1", r.address[1], "-t", "2", "-P", "2", "--bidir", *extra,
+                          binary=VERSIONS[version]())
+        wait_until(lambda: not r.stats.snapshot().busy, what="responder settled")
+        snap = r.stats.snapshot()
+    end = doc["end"]
+    assert snap.tests == {"completed": 1, "aborted": 0}
+    assert len(end["streams"]) == 4
+    # The client's own direction: what the responder received is iperf3's receiver side; the reverse half:
+    # what the responder sent is iperf3's sender side.
+    assert end["sum_received"]["bytes"] == snap.bytes["in"] > 0
+    assert end["sum_sent_bidir_reverse"]["bytes"] == snap.bytes["out"] > 0
+    for half in ("", "_bidir_reverse"):
+        ratio = end["sum_received" + half]["bytes"] / end["sum_sent" + half]["bytes"]
+        # Slack above 1: a UDP datagram counted across the end; iperf3 3.16+ reads its sender threads'
+        # counts while their last write may still go out.
+        assert 0.9 <= ratio <= (1.01 if udp else 1.001), (half, ratio)
+        if udp:
+            assert close(end["sum_received" + half]["bits_per_second"], 2 * 20e6, 0.1), end["sum_received" + half]
+
+
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+@pytest.mark.parametrize("udp", [False, True], ids=["tcp", "udp"])
+def test_burstwatch_bidir_against_iperf3_server(version: str, udp: bool) -> None:
+    port = free_port()
+    with iperf3_server(port, "--json", one_off=True, binary=VERSIONS[version]()) as srv:
+        ours = run_probe(ProbeRequest("127.0.0.1", port, streams=2, duration=1.5, bidir=True, udp=udp,
+                                      bitrate=20_000_000 if udp else None))
+        theirs = server_doc(srv)
+    assert missing(shape(fixture("udp-bidir" if udp else "tcp-bidir")), shape(ours)) == []
+    o, t = ours["end"], theirs["end"]
+    # The server's report holds its own side: what it received of ours, and what it sent us.
+    assert o["sum_received"]["bytes"] == t["sum_received"]["bytes"] > 0
+    assert close(o["sum_sent_bidir_reverse"]["bytes"], t["sum_sent_bidir_reverse"]["bytes"], 0.01)
+    for half in ("", "_bidir_reverse"):
+        ratio = o["sum_received" + half]["bytes"] / o["sum_sent" + half]["bytes"]
+        # Slack above 1: a UDP datagram counted across the end; iperf3 3.16+ reads its sender threads'
+        # counts while their last write may still go out.
+        assert 0.9 <= ratio <= (1.01 if udp else 1.001), (half, ratio)
+
+
+@pytest.mark.parametrize("options", [[], ["-R"], ["-u", "-b", "20M"], ["-u", "-b", "20M", "-R"]],
+                         ids=["tcp", "tcp-reverse", "udp", "udp-reverse"])
+def test_current_iperf3_one_way_against_responder(options: list[str]) -> None:
+    with responder(max_bytes=BIG) as r:
+        doc = iperf3_json("127.0.0.1", r.address[1], "-t", "1", "-P", "2", *options, binary=iperf3_new_bin())
+        wait_until(lambda: not r.stats.snapshot().busy, what="responder settled")
+        snap = r.stats.snapshot()
+    assert snap.tests == {"completed": 1, "aborted": 0}
+    side = "out" if "-R" in options else "in"
+    assert snap.bytes[side] > 0 and doc["end"]["sum_received"]["bytes"] > 0

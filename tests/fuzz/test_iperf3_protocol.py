@@ -31,10 +31,8 @@ RESULT_KEYS = ["cpu_util_total", "cpu_util_user", "cpu_util_system", "sender_has
                "streams", "server_output_text"]
 STREAM_KEYS = ["id", "bytes", "retransmits", "jitter", "errors", "packets", "start_time", "end_time"]
 
-# Integers are kept within a float's range here: beyond it the parsers raise OverflowError today, which the
-# xfail tests below pin down (issue 13 row 4). Widen to st.integers() once that is fixed.
-FLOAT_RANGE_INT = 2**1000
-scalars = (st.none() | st.booleans() | st.integers(-FLOAT_RANGE_INT, FLOAT_RANGE_INT)
+# Any integer: ones beyond a float's range once raised OverflowError from the parsers (issue 13 row 4).
+scalars = (st.none() | st.booleans() | st.integers()
            | st.sampled_from([0, 1, -1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 1.8446744073709552e19])
            | st.floats() | st.text(max_size=12))
 json_values = st.recursive(
@@ -230,21 +228,17 @@ def test_results_round_trip(res: p.Results) -> None:
     assert p.parse_results(p.decode_message(p.encode_message(res.to_json())[4:])) == res
 
 
-# -- known failures (issue 13): xfail until fixed in agent/iperf3/protocol.py; strict, so the fix turns them red
+# -- issue 13 rows 4 and 5: inputs that once escaped the parser or flooded the log
 
 NESTED = [b"[" * 60_000, b'{"a":' * 12_000]
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError,
-                   reason="issue 13 row 4: decode_message lets RecursionError from json escape")
 @pytest.mark.parametrize("body", NESTED, ids=["brackets", "objects"])
 def test_deeply_nested_json_is_a_protocol_error(body: bytes) -> None:
     with pytest.raises(p.ProtocolError):
         p.decode_message(body)
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError,
-                   reason="issue 13 row 4: 60,000 '[' fit in MAX_PARAMS_MESSAGE and overflow the JSON parser")
 def test_deeply_nested_params_through_the_framing_are_a_protocol_error() -> None:
     body = NESTED[0]
     assert len(body) <= p.MAX_PARAMS_MESSAGE
@@ -255,8 +249,6 @@ def test_deeply_nested_params_through_the_framing_are_a_protocol_error() -> None
 HUGE = "1" + "0" * 400  # an integer beyond a float's range, valid JSON (and within Python's 4300 digits)
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError,
-                   reason="issue 13 row 4: math.isfinite() on an int beyond a float's range raises OverflowError")
 @pytest.mark.parametrize("key", ["time", "num", "parallel", "TOS"])
 def test_params_with_a_huge_integer_are_a_protocol_error(key: str) -> None:
     with pytest.raises(p.ProtocolError):
@@ -271,8 +263,6 @@ def results_with(top: dict[str, str], stream: dict[str, str]) -> bytes:
     return ("{" + ",".join(f'"{k}":{v}' for k, v in {**base, **top}.items()) + f',"streams":[{{{inner}}}]}}').encode()
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError,
-                   reason="issue 13 row 4: _num/_float/_signed call math.isfinite()/float() on huge ints")
 @pytest.mark.parametrize(("top", "stream"), [
     ({"cpu_util_total": HUGE}, {}),          # _float: float() of it overflows
     ({"sender_has_retransmits": HUGE}, {}),  # _signed
@@ -291,8 +281,6 @@ def test_results_with_a_huge_integer_are_a_protocol_error(top: dict[str, str], s
 MAX_ERROR_TEXT = 512
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="issue 13 row 5: ProtocolError messages quote the whole offending value")
 @pytest.mark.parametrize("obj", [{"time": "x" * 60_000}, {"congestion": "c" * 60_000},
                                  {"time": [[0] * 10_000]}], ids=["number", "congestion", "list"])
 def test_protocol_errors_quote_a_bounded_part_of_the_value(obj: dict[str, Any]) -> None:
@@ -301,8 +289,6 @@ def test_protocol_errors_quote_a_bounded_part_of_the_value(obj: dict[str, Any]) 
     assert len(str(info.value)) <= MAX_ERROR_TEXT
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="issue 13 row 4: the responder counts RecursionError as stream_error, not garbage")
 def test_responder_counts_deeply_nested_params_as_garbage() -> None:
     """The row as the issue found it, end to end on loopback: `[` x 60,000 as parameters."""
     from tests.probes.iperf3_helpers import responder, wait_until

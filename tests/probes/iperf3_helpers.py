@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -23,11 +24,26 @@ FAST = Timeouts(cookie=0.8, params=0.8, streams=2.0, stream_cookie=0.8, end_grac
                 results=2.0, done=1.0)
 
 
+ROOT = Path(__file__).resolve().parents[2]
+# A current iperf3 beside Debian's 3.12: esnet/iperf 3.21+, built on Debian 12 (the team's test tool in
+# shared/tools, next to the project's clone, as CI has it); BURSTWATCH_IPERF3_NEW points elsewhere.
+IPERF3_NEW = ROOT.parent / "shared" / "tools" / "iperf3-3.21" / "iperf3"
+
+
 def iperf3_bin() -> str:
     path = shutil.which("iperf3")
     if path is None:
         pytest.fail("iperf3 is missing: `make test-deps` installs Debian's iperf3 (the interop peer)")
     return path
+
+
+def iperf3_new_bin() -> str:
+    """The current iperf3 (3.21+), to test against what fleets run beside Debian's 3.12."""
+    path = Path(os.environ.get("BURSTWATCH_IPERF3_NEW", str(IPERF3_NEW)))
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"a current iperf3 is missing at {path} (shared/tools/iperf3-3.21 beside the clone, or "
+                    "set BURSTWATCH_IPERF3_NEW)")
+    return str(path)
 
 
 def free_port() -> int:
@@ -61,10 +77,10 @@ def wait_listening(port: int, netns: Optional[str] = None, timeout: float = 10.0
 
 
 @contextlib.contextmanager
-def iperf3_server(port: int, *extra: str, netns: Optional[str] = None,
-                  one_off: bool = False) -> Iterator[subprocess.Popen]:
+def iperf3_server(port: int, *extra: str, netns: Optional[str] = None, one_off: bool = False,
+                  binary: Optional[str] = None) -> Iterator[subprocess.Popen]:
     """`iperf3 -s` (optionally `-1 --json`) on `port`; stdout goes to a temp file (`proc.output()`)."""
-    cmd = [iperf3_bin(), "-s", "-p", str(port), *(["-1"] if one_off else []), *extra]
+    cmd = [binary or iperf3_bin(), "-s", "-p", str(port), *(["-1"] if one_off else []), *extra]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
     out = tempfile.TemporaryFile(mode="w+")
@@ -92,15 +108,16 @@ def iperf3_server(port: int, *extra: str, netns: Optional[str] = None,
 
 
 def iperf3_client(host: str, port: int, *extra: str, netns: Optional[str] = None,
-                  timeout: float = 60.0) -> subprocess.CompletedProcess:
-    cmd = [iperf3_bin(), "-c", host, "-p", str(port), *extra]
+                  timeout: float = 60.0, binary: Optional[str] = None) -> subprocess.CompletedProcess:
+    cmd = [binary or iperf3_bin(), "-c", host, "-p", str(port), *extra]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def iperf3_json(host: str, port: int, *extra: str, netns: Optional[str] = None) -> dict[str, Any]:
-    proc = iperf3_client(host, port, "--json", *extra, netns=netns)
+def iperf3_json(host: str, port: int, *extra: str, netns: Optional[str] = None,
+                binary: Optional[str] = None) -> dict[str, Any]:
+    proc = iperf3_client(host, port, "--json", *extra, netns=netns, binary=binary)
     doc = json.loads(proc.stdout)
     if proc.returncode != 0 or "error" in doc:
         raise AssertionError(f"iperf3 -c failed (rc {proc.returncode}): {doc.get('error')} {proc.stderr}")

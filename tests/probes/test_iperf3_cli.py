@@ -56,7 +56,8 @@ def test_parse_bitrate_and_units() -> None:
 
 
 @pytest.mark.parametrize("argv", [["host:99999"], ["host", "--streams", "0"], ["host", "--time", "0"],
-                                  ["host:5202", "--port", "5203"], ["host", "--streams", "500"]])
+                                  ["host:5202", "--port", "5203"], ["host", "--streams", "500"],
+                                  ["host", "--bidir", "-R"]])
 def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.cmd_probe(parse(*argv)) == 2
     assert "burstwatch probe:" in capsys.readouterr().err
@@ -80,6 +81,22 @@ def test_text_and_json_against_iperf3(capsys: pytest.CaptureFixture[str]) -> Non
     assert f"Connecting to host 127.0.0.1, port {port}" in text
     assert "[SUM]" in text and " sender" in text and " receiver" in text and "Gbits/sec" in text
     assert doc["start"]["test_start"]["reverse"] == 1 and doc["end"]["sum_received"]["bytes"] > 0
+
+
+def test_bidir_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """`burstwatch probe --bidir` (issue 13, row 9): iperf3's role tags in text, its keys in JSON."""
+    port = free_port()
+    with iperf3_server(port, one_off=True):
+        assert cli.cmd_probe(parse(f"127.0.0.1:{port}", "-t", "1", "-P", "2", "--bidir")) == 0
+        text = capsys.readouterr().out
+    with responder() as r:
+        assert cli.cmd_probe(parse(f"127.0.0.1:{r.address[1]}", "-t", "1", "-P", "1", "--bidir", "--json")) == 0
+        doc = json.loads(capsys.readouterr().out)
+    assert "[ ID][Role] Interval" in text
+    for line in ("[SUM][TX-C]", "[SUM][RX-C]"):
+        assert f"{line}   0.00-" in text and text.count(line) >= 3, text  # intervals, sender, receiver
+    assert doc["end"]["sum_received"]["bytes"] > 0 and doc["end"]["sum_received_bidir_reverse"]["bytes"] > 0
+    assert doc["start"]["test_start"]["bidir"] == 1
 
 
 def test_udp_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,41 @@ def test_summarize_reads_iperf3s_own_documents(name: str) -> None:
     assert s.reverse == ("reverse" in name)
     if name.startswith("tcp") and not s.reverse:
         assert s.rtt_mean_seconds is not None and s.rtt_mean_seconds > 0
+
+
+def test_bidir_tcp_document() -> None:
+    """--bidir (issue 13, row 9): streams 1, 3 are ours to send, 4, 5 the peer's; each role summed apart,
+    the second as iperf3 3.7+'s `_bidir_reverse` keys; the shape of a captured 3.12 --bidir document."""
+    mine, theirs = tcp_records(True), tcp_records(False)
+    for rec, sid in zip(theirs, (4, 5)):
+        rec.id, rec.socket = sid, sid + 5
+    start = dataclasses.replace(start_info(False), bidir=True)
+    peer = p.Results(cpu_total=40.0, sender_has_retransmits=1, congestion_used="cubic", streams=(
+        p.StreamResult(1, 199_000_000, -1, end_time=2.01), p.StreamResult(3, 99_000_000, -1, end_time=2.01),
+        p.StreamResult(4, 201_000_000, 7, end_time=2.01), p.StreamResult(5, 101_000_000, 1, end_time=2.01)))
+    doc = build_document(start, mine + theirs, 100.0, 102.0, 1.0, peer, Cpu(30, 1, 29), "bbr", udp=False)
+    assert missing(shape(fixture("tcp-bidir")), shape(doc)) == []
+    assert doc["start"]["test_start"]["bidir"] == 1 and doc["start"]["test_start"]["reverse"] == 0
+    iv = doc["intervals"][0]
+    assert [s["sender"] for s in iv["streams"]] == [True, True, False, False]
+    assert iv["sum"]["sender"] is True and iv["sum"]["bytes"] == 150_000_000 and iv["sum"]["retransmits"] == 6
+    assert iv["sum_bidir_reverse"]["sender"] is False and iv["sum_bidir_reverse"]["bytes"] == 150_000_000
+    end = doc["end"]
+    assert (end["sum_sent"]["bytes"], end["sum_received"]["bytes"]) == (300_000_000, 298_000_000)
+    assert end["sum_sent"]["sender"] is True and end["sum_sent"]["retransmits"] == 10
+    assert (end["sum_sent_bidir_reverse"]["bytes"], end["sum_received_bidir_reverse"]["bytes"]) == (
+        302_000_000, 300_000_000)
+    assert end["sum_sent_bidir_reverse"]["sender"] is False and end["sum_sent_bidir_reverse"]["retransmits"] == 8
+    assert end["burstwatch"]["direction"] == "both"
+    assert summarize(doc).sent_bytes == 300_000_000
+
+
+def test_bidir_udp_document_has_iperf3s_keys() -> None:
+    mine, theirs = udp_records(True), udp_records(False)
+    for rec, sid in zip(theirs, (4, 5)):
+        rec.id = sid
+    start = dataclasses.replace(start_info(False, udp=True), bidir=True)
+    peer = p.Results(streams=tuple(p.StreamResult(sid, 1_000_000, packets=100, end_time=2.0) for sid in (1, 3, 4, 5)))
+    doc = build_document(start, mine + theirs, 10.0, 12.0, 1.0, peer, Cpu(), None, udp=True)
+    assert missing(shape(fixture("udp-bidir")), shape(doc)) == []
+    assert doc["end"]["sum"]["sender"] is True and doc["end"]["sum_bidir_reverse"]["sender"] is False

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
+import logging
 import signal
 import socket
 import struct
@@ -16,7 +18,16 @@ from agent.config import ResponderConfig
 from agent.exporters.responder import ResponderView
 from agent.iperf3 import ProbeError, ProbeRequest, run_probe
 from agent.iperf3 import protocol as p
-from agent.responder.policy import RateLimiter, Refused, check_caps, is_allowed, resolve_allow
+from agent.models.profile import BandwidthProfile
+from agent.responder.policy import (
+    RateLimiter,
+    Refused,
+    check_caps,
+    expected_bytes,
+    is_allowed,
+    parse_allow,
+    resolve_allow,
+)
 from agent.responder.session import Timeouts
 from tests.probes.iperf3_helpers import iperf3_bin, iperf3_client, responder, wait_until
 
@@ -71,7 +82,9 @@ CAPS = ResponderConfig(max_duration=30, max_streams=8, max_bytes=10**9, max_test
     (p.TestParams(blocks=10**5, blksize=128 * 1024, duration=0), "bytes"),
     (p.TestParams(protocol="udp", bandwidth=10**9, num_streams=8, duration=10, blksize=1460), "bytes"),
     (p.TestParams(protocol="sctp"), "unsupported"),
-    (p.TestParams(bidirectional=True), "unsupported"),
+    (p.TestParams(bidirectional=True, num_streams=5), "streams"),  # 2 x 5 data connections > 8
+    (p.TestParams(protocol="udp", bandwidth=10**9, num_streams=4, duration=10, blksize=1460, bidirectional=True),
+     "bytes"),  # each way
     (p.TestParams(blksize=64 * 1024 * 1024), "unsupported"),
     (p.TestParams(protocol="udp", blksize=70000, bandwidth=1000), "unsupported"),
 ])
@@ -86,6 +99,7 @@ def test_caps_refuse(params: p.TestParams, reason: str) -> None:
     p.TestParams(duration=5, reverse=True, num_streams=1),
     p.TestParams(duration=0, bytes=10**8),
     p.TestParams(protocol="udp", bandwidth=10**6, num_streams=2, duration=10, blksize=1460, reverse=True),
+    p.TestParams(duration=5, num_streams=4, bidirectional=True),
 ])
 def test_caps_allow(params: p.TestParams) -> None:
     check_caps(params, CAPS)
@@ -424,3 +438,120 @@ def test_busy_while_this_host_runs_its_own_probe() -> None:
         r.external_busy = lambda: False
         probe(r, duration=0.3, streams=1)
         assert r.stats.snapshot().refused["busy"] >= 1
+
+
+# -- issue 13: rows 4 and 6 to 9 ---------------------------------------------------------------------------
+
+def test_deeply_nested_parameters_are_garbage_logged_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """Row 4: `[` x 60,000 as parameters made json's parser raise RecursionError, counted as stream_error
+    with a 20-line traceback per connection."""
+    caplog.set_level(logging.INFO, logger="agent.responder")
+    with responder() as r:
+        ctrl = handshake(r.address)
+        ctrl.send(struct.pack("!I", 60_000) + b"[" * 60_000)
+        assert dropped(ctrl.sock, 4)
+        ctrl.sock.close()
+        wait_until(lambda: r.stats.snapshot().dropped["garbage"] == 1, what="garbage drop")
+        snap = r.stats.snapshot()
+    assert snap.dropped["stream_error"] == 0
+    lines = [x for x in caplog.records if x.name.startswith("agent.responder")]
+    assert not [x for x in lines if x.exc_info], "a traceback was logged"
+    assert any("reason=garbage" in x.getMessage() and "nested too deeply" in x.getMessage() for x in lines)
+
+
+@pytest.mark.parametrize(("send", "reason"), [
+    (b"", "timeout"),                                              # silence after PARAM_EXCHANGE
+    (p.encode_message({"tcp": True, "parallel": "many"}), "garbage"),
+    (b"\x00\x00", "closed"),                                       # half a length prefix, then gone
+])
+def test_a_connection_whose_parameters_were_never_accepted_is_not_a_test(send: bytes, reason: str) -> None:
+    """Row 6: tests_total counts tests whose cookie *and parameters* were accepted; the rest count only
+    under their drop reason."""
+    with responder() as r:
+        ctrl = handshake(r.address)
+        if send:
+            ctrl.send(send)
+        if reason == "closed":
+            ctrl.sock.close()
+        else:
+            assert dropped(ctrl.sock, 4)
+            ctrl.sock.close()
+        wait_until(lambda: r.stats.snapshot().dropped[reason] == 1, what=f"{reason} drop")
+        wait_until(lambda: not r.stats.snapshot().busy, what="responder free")
+        snap = r.stats.snapshot()
+    assert snap.tests == {"completed": 0, "aborted": 0}
+
+
+def test_udp_without_a_rate_is_planned_at_the_peak() -> None:
+    """Row 7: UDP `-b 0` (unlimited) was planned as 0 bytes; it is planned at this size's peak, and at
+    max_bytes for the credit guard when the peak is unknown."""
+    unlimited = p.TestParams(protocol="udp", bandwidth=0, num_streams=1, duration=10, blksize=1460, reverse=True)
+    cfg = ResponderConfig(max_bytes=10**9)
+    with pytest.raises(Refused) as exc:
+        check_caps(unlimited, cfg, peak_bytes_per_second=1.25e9)  # 10 Gbit/s x 10 s = 12.5 GB
+    assert exc.value.reason == "bytes" and "unlimited (-b 0)" in str(exc.value)
+    check_caps(unlimited, cfg, peak_bytes_per_second=50e6)  # 500 MB fits
+    check_caps(unlimited, cfg)  # no known peak: only the run-time cap bounds it
+    assert expected_bytes(unlimited, None, cfg) == 10**9
+    assert expected_bytes(unlimited, 50e6, cfg) == 500e6
+    assert expected_bytes(dataclasses.replace(unlimited, protocol="tcp", blksize=128 * 1024), None, cfg) is None
+
+
+def test_udp_without_a_rate_is_refused_over_sockets_when_the_peak_says_so() -> None:
+    profile = BandwidthProfile(baseline_bytes_per_second=125e6, peak_bytes_per_second=1.25e9)
+    with responder(max_bytes=10**9, profile=lambda: profile) as r:
+        out = iperf3_client("127.0.0.1", r.address[1], "-u", "-b", "0", "-t", "2", "-R")
+        snap = r.stats.snapshot()
+    assert out.returncode == 1 and "test authorization failed" in out.stderr, out.stderr
+    assert snap.refused["bytes"] == 1 and snap.bytes == {"in": 0, "out": 0}
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["we-receive", "we-send"])
+def test_udp_without_a_rate_stops_at_max_bytes(reverse: bool) -> None:
+    """Row 7, at run time: unlimited UDP moves at most max_bytes either way. Receiving, the responder
+    closes the stream at the cap (the sender's datagrams then bounce); before, it counted on."""
+    cap = 8 * 1024 * 1024
+    with responder(max_bytes=cap) as r:
+        out = iperf3_client("127.0.0.1", r.address[1], "-u", "-b", "0", "-t", "2", "-l", "1400",
+                            *(["-R"] if reverse else []))
+        wait_until(lambda: not r.stats.snapshot().busy, timeout=10, what="test over")
+        snap = r.stats.snapshot()
+    moved = snap.bytes["out" if reverse else "in"]
+    assert 0 < moved <= cap, (moved, out.stdout[-500:], out.stderr)
+    assert snap.tests["completed"] + snap.tests["aborted"] == 1
+
+
+def test_a_scoped_allow_entry_matches_only_its_interface() -> None:
+    """Row 8: `fe80::%eth0/64` lost its scope id and matched link-local peers on every interface."""
+    scoped = parse_allow(["fe80::%lo/64"])
+    lo = str(socket.if_nametoindex("lo"))
+    assert is_allowed("fe80::1%lo", scoped)
+    assert is_allowed(f"fe80::1%{lo}", scoped)  # the same interface by index
+    assert not is_allowed("fe80::1%eth7", scoped)
+    assert not is_allowed("fe80::1", scoped)  # no scope: not known to be on lo
+    assert not is_allowed("fd00::1%lo", scoped)
+    assert is_allowed("fe80::1%eth7", parse_allow(["fe80::/64"]))  # an entry without a scope: any link
+    assert not is_allowed("fe80::1%lo", parse_allow(["fe80::%nosuchif0/64"]))
+
+
+def test_bidir_against_the_responder_counts_both_ways() -> None:
+    """Row 9: --bidir was refused; both directions' streams now run in one test."""
+    with responder() as r:
+        doc = probe(r, streams=2, bidir=True)
+        snap = r.stats.snapshot()
+    end = doc["end"]
+    assert snap.tests == {"completed": 1, "aborted": 0}
+    assert snap.bytes["in"] == end["sum_received"]["bytes"] > 0          # what we sent, as it took it
+    assert snap.bytes["out"] == end["sum_sent_bidir_reverse"]["bytes"] > 0  # what it sent us
+    assert [s["sender"]["sender"] for s in end["streams"]] == [True, True, False, False]
+    assert doc["start"]["test_start"]["bidir"] == 1
+
+
+def test_bidir_counts_both_directions_against_max_streams() -> None:
+    with responder(max_streams=4) as r:
+        with pytest.raises(ProbeError) as exc:
+            probe(r, streams=3, bidir=True)
+        probe(r, streams=2, bidir=True)
+        snap = r.stats.snapshot()
+    assert "2 x 3 streams (--bidir) exceed max_streams 4" in str(exc.value)
+    assert snap.refused["streams"] == 1 and snap.tests["completed"] == 1

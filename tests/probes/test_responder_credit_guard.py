@@ -217,3 +217,28 @@ def test_metrics_show_refusals_and_the_hour_served() -> None:
         assert served_in == get("burstwatch_responder_bytes_total", {"direction": "in"}) > 0
         assert get("burstwatch_responder_served_last_hour_bytes", {"direction": "out"}) == 0
         assert get("burstwatch_responder_hourly_budget_bytes") == 10**10
+
+
+@pytest.mark.parametrize("low", ["in", "out"])
+def test_a_bidir_test_is_refused_when_either_bucket_is_low(low: str) -> None:
+    """--bidir drains both buckets (issue 13, row 9): the guard checks both, for burstwatch's client and
+    for iperf3's; one-way tests keep being served in the direction that has credit."""
+    state = {"out": reading("out", 1.0), "in": reading("in", 1.0)}
+    state[low] = reading(low, 0.3)
+    with responder(credits=lambda: state, profile=lambda: BURSTS) as r:
+        err = refused(r, bidir=True, streams=2)
+        assert err.kind == "busy" and f"this host's {low}bound burst credit is at 30%" in str(err)
+        out = iperf3_client("127.0.0.1", r.address[1], "-t", "1", "--bidir")
+        assert out.returncode == 1 and "the server is busy running a test" in out.stderr
+        probe(r, reverse=low == "in")     # the full direction serves one-way tests
+        snap = r.stats.snapshot()
+    assert snap.refused["credit_floor"] == 2 and snap.tests == {"completed": 1, "aborted": 0}
+
+
+def test_a_bidir_test_is_reckoned_against_both_directions_budgets() -> None:
+    with responder(hourly_budget_bytes=2**50, hourly_budget_per_source_bytes=1_000_000) as r:
+        probe(r)                                     # fills the inbound budget only
+        err = refused(r, bidir=True, streams=1)      # --bidir needs the inbound one too
+        assert err.kind == "busy" and "served in to this source" in str(err)
+        probe(r, reverse=True)                       # the outbound budget is untouched
+        assert r.stats.snapshot().refused["budget"] == 1

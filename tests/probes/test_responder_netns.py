@@ -67,3 +67,35 @@ def test_only_allowed_networks_may_test(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert iperf_denied.returncode == 1 and "the server is busy running a test" in iperf_denied.stderr
     assert log.count("refused peer=10.77.2.2 reason=not_allowed") == 2
     assert "responder stopped: 2 tests completed, 0 aborted, 2 refused" in log
+
+
+def test_a_scoped_link_local_entry_allows_only_its_own_link(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 13, row 8: `fe80::%v1a/64` lost its scope id, so a link-local peer on any link got in. A has
+    a link to B (v1a) and one to C (v2a); only B may test, over link-local addresses."""
+    require_root_tools("ip")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    conf = tmp_path / "responder.toml"
+    conf.write_text("[responder]\nhourly_budget_bytes = 1125899906842624\n"
+                    "hourly_budget_per_source_bytes = 1125899906842624\n")
+    with Lab() as lab:
+        a, b, c = lab.host("a"), lab.host("b"), lab.host("c")
+        v1a, v1b = lab.link(a, b, None, None)
+        v2a, v2b = lab.link(a, c, None, None)
+        for ns, dev, addr in ((a, v1a, "fe80::a1"), (a, v2a, "fe80::a2"), (b, v1b, "fe80::b"), (c, v2b, "fe80::c")):
+            lab.run(ns, "ip", "-6", "addr", "add", f"{addr}/64", "dev", dev, "nodad")
+        code = textwrap.dedent(f"""
+            import argparse, sys
+            from agent.commands import probe as cli
+            sys.exit(cli.cmd_responder(argparse.Namespace(config={str(conf)!r}, listen="[::]:5201",
+                                                          allow=["fe80::%{v1a}/64"])))
+        """)
+        resp = lab.popen(a, sys.executable, "-c", code, text=True)
+        wait_until(lambda: listening(5201, a), timeout=15, what="responder in namespace a")
+        allowed = probe_from(lab, b, f"[fe80::a1%{v1b}]:5201")
+        denied = probe_from(lab, c, f"[fe80::a2%{v2b}]:5201")
+        resp.send_signal(signal.SIGTERM)
+        _, log = resp.communicate(timeout=15)
+    assert allowed["rc"] == 0, allowed["stderr"] + log
+    assert allowed["doc"]["end"]["sum_received"]["bytes"] > 0
+    assert denied["rc"] == 1 and "is not in the responder's allow list" in denied["stderr"], denied["stderr"]
+    assert "responder stopped: 1 tests completed, 0 aborted, 1 refused" in log
