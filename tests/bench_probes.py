@@ -36,7 +36,7 @@ def _env() -> dict[str, str]:
 def _probe_cmd(host: str, port: int, streams: int, seconds: float, netns: Optional[str] = None) -> list[str]:
     code = textwrap.dedent(f"""
         import json
-        from agent.iperf3 import ProbeRequest, run_probe
+        from agent.iperf3.client import ProbeRequest, run_probe
         print(json.dumps(run_probe(ProbeRequest({host!r}, {port}, streams={streams}, duration={seconds}))))
     """)
     cmd = [sys.executable, "-c", code]

@@ -12,7 +12,6 @@ import sys
 from typing import Any, Optional, TextIO
 
 from agent import config as configmod
-from agent.iperf3.client import ProbeError, ProbeRequest, run_probe, validate
 from agent.iperf3.protocol import DEFAULT_PORT
 
 log = logging.getLogger(__name__)
@@ -232,6 +231,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"burstwatch probe: {args.target!r} names port {target_port} but --port says {port}",
               file=sys.stderr)
         return EXIT_USAGE
+    # The engine is imported here, not at module level: `burstwatch run` builds this parser too, and the
+    # daemon need not keep the client resident.
+    from agent.iperf3.client import ProbeError, ProbeRequest, run_probe, validate
+
     req = ProbeRequest(host=host, port=target_port or port or DEFAULT_PORT, streams=_opt(args, "streams", 4),
                        duration=float(_opt(args, "time", 5.0)), reverse=bool(getattr(args, "reverse", False)),
                        udp=bool(getattr(args, "udp", False)), bitrate=getattr(args, "bitrate", None),

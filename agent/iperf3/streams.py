@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import mmap
 import os
 import socket
 import struct
@@ -24,8 +25,10 @@ log = logging.getLogger(__name__)
 TCP_CHUNK = 1024 * 1024
 # How often a blocked worker wakes to look at its stop flag.
 POLL = 0.2
-# A receive buffer shared by all TCP receivers: with MSG_TRUNC the kernel never writes into it.
-_DISCARD = bytearray(TCP_CHUNK)
+# A receive buffer shared by all TCP receivers: with MSG_TRUNC the kernel never writes into it, so an
+# anonymous mapping (pages become resident only when written) costs no memory, where a zero-filled
+# bytearray kept 1 MiB resident in the daemon for the responder's sake.
+_DISCARD = mmap.mmap(-1, TCP_CHUNK)
 _payload_lock = threading.Lock()
 _payload: Optional[bytes] = None
 

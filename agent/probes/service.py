@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from agent.config import ProbeConfig
-from agent.iperf3 import ProbeError, ProbeRequest, run_probe, summarize
+from agent.iperf3.client import ProbeError, ProbeRequest, run_probe
+from agent.iperf3.report import summarize
 from agent.models.profile import GBIT, BandwidthProfile
 from agent.probes.archive import ArchiveStats, S3Archive
 from agent.probes.scheduler import DEFAULT_PORT, CreditSource, Peer, ProbePlan, Scheduler, parse_peer

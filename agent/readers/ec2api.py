@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import re
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 from agent.readers import aws
 from agent.readers.statefile import JsonStore
+
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +123,10 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
 
 def parse_describe_instance_types(xml_text: str) -> list[dict[str, Any]]:
     """InstanceTypeInfo dicts in the API's PascalCase shape (the fields burstwatch uses) from the XML."""
+    # Imported here: the parse runs once a week in a forked child, and xml.etree (~0.3 MiB) need not stay
+    # resident in the daemon.
+    import xml.etree.ElementTree as ET
+
     root = ET.fromstring(xml_text)
     out = []
     for item in _items(root, "instanceTypeSet"):

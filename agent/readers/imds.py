@@ -78,6 +78,13 @@ class _Response(NamedTuple):
     body: str
 
 
+def _connect_ascii(address: tuple[str, int], timeout: Optional[float] = None,
+                   source_address: Optional[tuple[str, int]] = None) -> socket.socket:
+    host, port = address
+    return socket.create_connection((host.encode("ascii", "strict") if host.isascii() else host, port),  # type: ignore[arg-type]
+                                    timeout, source_address)
+
+
 class ImdsClient:
     """Reads instance metadata the IMDSv2 way, quickly giving up where there is none.
 
@@ -112,6 +119,9 @@ class ImdsClient:
     # -- transport -------------------------------------------------------------------------------
     def _once(self, method: str, path: str, headers: Mapping[str, str]) -> _Response:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        # Resolve the host as bytes: getaddrinfo() runs a str host through the idna codec, which loads
+        # stringprep and unicodedata (~0.35 MiB) into the daemon for an address that is always numeric.
+        conn._create_connection = _connect_ascii  # type: ignore[attr-defined]
         try:
             conn.request(method, path, headers=dict(headers))
             resp = conn.getresponse()

@@ -14,7 +14,7 @@ import pytest
 
 from agent.config import ProbeArchiveConfig, ProbeConfig
 from agent.discovery import InstanceInfo
-from agent.iperf3 import ProbeError, ProbeRequest
+from agent.iperf3.client import ProbeError, ProbeRequest
 from agent.models.profile import GBIT, BandwidthProfile
 from agent.probes.scheduler import Peer, Scheduler
 from agent.probes.service import (
