@@ -28,9 +28,13 @@ def build() -> dict:
         panel(1, "Burst credit left", [(f"burstwatch_credit_remaining_ratio{{{SEL}}}", "{{instance}} {{direction}}")],
               "percentunit", 0, 0, desc="Estimated credit left as a share of the bucket, per direction.",
               extra={"min": 0, "max": 1}),
-        panel(2, "Time to exhaustion at the current rate",
-              [(f"clamp_max(burstwatch_credit_exhaustion_seconds{{{SEL}}}, 7200)", "{{instance}} {{direction}}")],
-              "s", 12, 0, desc="Forecast; capped at 2 h for display (+Inf = not draining)."),
+        panel(2, "Time to exhaustion: at the current rate and at the trend",
+              [(f"clamp_max(burstwatch_credit_exhaustion_seconds{{{SEL}}}, 7200)", "{{instance}} {{direction}} now"),
+               (f"clamp_max(burstwatch_credit_exhaustion_trend_seconds{{{SEL}}}, 7200)",
+                "{{instance}} {{direction}} trend")],
+              "s", 12, 0, desc="Forecasts at the current rate (now) and at the net rate over [credits] "
+              "forecast_window (trend: bursts and pauses together, steady on bursty drains); capped at 2 h for "
+              "display (+Inf = not draining). BurstCreditsRunningOut pages on the sooner of the two."),
         panel(3, "Rate against baseline and peak",
               [(f"8 * burstwatch_throughput_bytes_per_second{{{SEL}}}", "{{instance}} {{direction}} rate"),
                (f"8 * burstwatch_bandwidth_baseline_bytes_per_second{{{SEL}}}", "{{instance}} baseline"),

@@ -3,7 +3,9 @@
 1. Overhead: burstwatch (1 s sampling, CloudWatch off) beside Debian's prometheus-node-exporter (netdev and
    ethtool collectors only), both scraped once a second for 60 s: CPU seconds and peak RSS, and the ratios.
    Targets: CPU ratio <= 1.0, RSS ratio <= 2.0.
-2. Credits: the lab's figures against issue 4's targets (tests/support/credit_scenarios.py).
+2. Credits: the lab's figures against issue 4's targets (tests/support/credit_scenarios.py), then the traffic
+   zoo (tests/support/credit_zoo.py): every shape in both directions, one table row each, against issue 12's
+   targets (`make bench BENCH=zoo` runs the zoo alone).
 3. Probes: burstwatch's engine against iperf3 on loopback and on a shaped link (tests/bench_probes.py).
 """
 
@@ -165,6 +167,44 @@ def credits() -> None:
            fig["forecast_error_seconds"])
 
 
+def zoo() -> None:
+    from tests.support import credit_zoo as cz
+
+    print("credit zoo: shapes of traffic against the real agent, tbf and Prometheus (lab scale: 6-s full-speed "
+          "drain, 12-s refill, 0.2-s samples, forecast_window 3 s)", flush=True)
+    print(cz.LEGEND, flush=True)
+    results = cz.run(echo=lambda line: print("  " + line, flush=True))
+    for r in results:
+        key = f"zoo {r.shape} {r.direction}"
+        for name, value in (("true empty s", None if r.empty is None else r.empty - r.drain_start),
+                            ("instant hit", r.instant_hit), ("trend hit", r.trend_hit),
+                            ("instant median error s", r.instant_err), ("trend median error s", r.trend_err),
+                            ("alert lead s", r.alert_lead)):
+            if value is not None:
+                RESULTS[f"{key}: {name}"] = value
+        RESULTS[f"{key}: false alarms"] = r.false_alarms
+        RESULTS[f"{key}: false exhaustions"] = r.false_exhaustions
+        RESULTS[f"{key}: learned bucket error"] = r.bucket_error
+        RESULTS[f"{key}: min remaining ratio"] = r.min_ratio
+        for name, value in r.extra.items():
+            RESULTS[f"{key}: {name}"] = value
+    # issue 12's targets, judged on the table
+    checks = [
+        ("microbursts: ratio >= 0.9, no exhaustion, nothing learned",
+         all(r.min_ratio >= 0.9 and r.exhausted_samples == 0 and r.learned == 0
+             for r in results if r.shape.startswith("microbursts"))),
+        ("on/off drains: trend within max(1 s, 15 %) in >= 80 % of samples",
+         all((r.trend_hit or 0) >= 0.8 for r in results if r.shape.startswith("on/off") and r.empty is not None)),
+        ("SIGKILL mid-drain: restart within 5 % of the bucket",
+         all(abs(r.extra.get("restart-err", 0.0)) <= 0.05 for r in results)),
+        ("under the baseline, any shape: no credit alert",
+         all(r.false_alarms == 0 for r in results if r.empty is None)),
+        ("no false exhaustion anywhere", all(r.false_exhaustions == 0 for r in results)),
+    ]
+    for what, ok in checks:
+        print(f"  target {'met    ' if ok else 'MISSED '} {what}", flush=True)
+
+
 def probes() -> None:
     try:
         from tests import bench_probes
@@ -175,7 +215,7 @@ def probes() -> None:
     bench_probes.bench(report)
 
 
-PARTS: dict[str, Callable[[], None]] = {"overhead": overhead, "credits": credits, "probes": probes}
+PARTS: dict[str, Callable[[], None]] = {"overhead": overhead, "credits": credits, "zoo": zoo, "probes": probes}
 
 
 def main() -> int:

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import math
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -23,7 +24,7 @@ WORDS = {"in": "inbound", "out": "outbound"}
 
 @dataclass(frozen=True)
 class AlarmSpec:
-    """One alarm per direction on one burstwatch metric."""
+    """One alarm per direction on one burstwatch metric, or on a metric math expression over several."""
 
     slug: str
     title: str                  # CloudFormation logical id stem
@@ -33,13 +34,26 @@ class AlarmSpec:
     threshold: float
     treat_missing: str
     description: str
+    # A metric math alarm: (query id, metric) pairs, each read with `statistic`, and the expression over
+    # the ids that the alarm watches. Empty: the alarm watches `metric` itself.
+    math: tuple[tuple[str, str], ...] = ()
+    expression: str = ""
 
 
 ALARMS: tuple[AlarmSpec, ...] = (
-    # The forecast is the earliest warning there is: 10 minutes leaves time to move traffic.
-    AlarmSpec("credit-exhaustion", "CreditExhaustion", "CreditExhaustionSeconds", "Minimum",
+    # The forecast is the earliest warning there is: 10 minutes leaves time to move traffic. The sooner of
+    # the two forecasts, as the Prometheus rule BurstCreditsRunningOut: the instant one is right from the
+    # first seconds of a steady drain but a year (+Inf) in every pause of a bursty one; the trend (the net
+    # rate over [credits] forecast_window) holds through the pauses (docs/credits.md, "Two forecasts").
+    # Each read as its Maximum over the period: under the threshold for the whole minute, CloudWatch's form
+    # of the rule's `for: 1m`, so a burst of a few seconds from a full bucket (whose instant forecast dips
+    # under 10 minutes while it lasts) pages nobody.
+    AlarmSpec("credit-exhaustion", "CreditExhaustion", "CreditExhaustionSeconds", "Maximum",
               "LessThanThreshold", 600.0, "missing",
-              "burstwatch: {direction} burst credits run out within 10 minutes at the current rate"),
+              "burstwatch: {direction} burst credits run out within 10 minutes at the current rate or at "
+              "the trend",
+              math=(("instant", "CreditExhaustionSeconds"), ("trend", "CreditExhaustionTrendSeconds")),
+              expression="MIN([instant, trend])"),
     AlarmSpec("credit-low", "CreditLow", "CreditRemainingRatio", "Minimum", "LessThanThreshold", 0.2,
               "missing", "burstwatch: {direction} burst credits below 20 % of the bucket"),
     # Missing data here means no shaping counter moved (or no source): not a breach.
@@ -54,16 +68,25 @@ def alarm_period(period: int) -> int:
     return max(60, int(math.ceil(period / 60.0)) * 60)
 
 
-def _condition(spec: Any, direction: str, namespace: str, period: int, dims: Any) -> dict[str, Any]:
+def _condition(spec: AlarmSpec, direction: str, namespace: str, period: int, dims: Any) -> dict[str, Any]:
     """What an alarm watches and when it fires: shared by PutMetricAlarm and the CloudFormation template,
-    so the two can never disagree."""
+    so the two can never disagree. A metric math alarm names its metrics in `Metrics` (MetricDataQuery, the
+    same shape in both), and then may not carry Namespace, MetricName, Dimensions, Statistic or Period."""
+    if spec.math:
+        watched: dict[str, Any] = {"Metrics": [
+            *({"Id": qid, "MetricStat": {"Metric": {"Namespace": namespace, "MetricName": metric,
+                                                    "Dimensions": dims},
+                                         "Period": alarm_period(period), "Stat": spec.statistic},
+               "ReturnData": False} for qid, metric in spec.math),
+            {"Id": "soonest", "Expression": spec.expression, "Label": "sooner of the two forecasts",
+             "ReturnData": True},
+        ]}
+    else:
+        watched = {"Namespace": namespace, "MetricName": spec.metric, "Dimensions": dims,
+                   "Statistic": spec.statistic, "Period": alarm_period(period)}
     return {
         "AlarmDescription": spec.description.format(direction=WORDS[direction]),
-        "Namespace": namespace,
-        "MetricName": spec.metric,
-        "Dimensions": dims,
-        "Statistic": spec.statistic,
-        "Period": alarm_period(period),
+        **watched,
         "EvaluationPeriods": 1,
         "DatapointsToAlarm": 1,
         "Threshold": spec.threshold,
@@ -92,14 +115,28 @@ def alarm_params(namespace: str, dims: Dims, period: int, label: str,
     return out
 
 
+def _watched(a: dict[str, Any]) -> tuple[str, int, list[dict[str, str]]]:
+    """(what the alarm compares, its period, its dimensions) for a person to read."""
+    if "Metrics" not in a:
+        return f"{a['Statistic']}({a['Namespace']}/{a['MetricName']})", a["Period"], a["Dimensions"]
+    stats = {q["Id"]: q["MetricStat"] for q in a["Metrics"] if "MetricStat" in q}
+    (expr,) = [q["Expression"] for q in a["Metrics"] if q.get("ReturnData")]
+    for qid, st in stats.items():
+        expr = re.sub(rf"\b{qid}\b", f"{st['Stat']}({st['Metric']['Namespace']}/{st['Metric']['MetricName']})",
+                      expr)
+    first = next(iter(stats.values()))
+    return expr, first["Period"], first["Metric"]["Dimensions"]
+
+
 def render_text(alarms: list[dict[str, Any]]) -> str:
     lines = []
     for a in alarms:
         op = {"LessThanThreshold": "<", "GreaterThanThreshold": ">"}[a["ComparisonOperator"]]
-        dims = ", ".join(f"{d['Name']}={d['Value']}" for d in a["Dimensions"])
+        watched, period, dimensions = _watched(a)
+        dims = ", ".join(f"{d['Name']}={d['Value']}" for d in dimensions)
         lines.append(f"{a['AlarmName']}\n  {a['AlarmDescription']}\n"
-                     f"  {a['Statistic']}({a['Namespace']}/{a['MetricName']}) {op} {a['Threshold']:g} "
-                     f"over {a['Period']}s; missing data: {a['TreatMissingData']}\n  dimensions: {dims}")
+                     f"  {watched} {op} {a['Threshold']:g} "
+                     f"over {period}s; missing data: {a['TreatMissingData']}\n  dimensions: {dims}")
         if a.get("AlarmActions"):
             lines.append(f"  actions: {', '.join(a['AlarmActions'])}")
     return "\n".join(lines)
@@ -162,7 +199,8 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
     sub.required = True
     a = sub.add_parser("alarms", help="print (or create) the CloudWatch alarms for this instance",
                        description="Print the alarms an operator needs for this instance: credits run out "
-                       "within 10 minutes, credits below 20 %%, shaping now (per direction). --apply "
+                       "within 10 minutes (at the current rate or at the trend), credits below 20 %%, shaping "
+                       "now (per direction). --apply "
                        "creates them with PutMetricAlarm.")
     a.add_argument("--config", metavar="PATH", default=None,
                    help=f"config file (default {configmod.DEFAULT_CONFIG_PATH}; missing = defaults)")

@@ -34,6 +34,11 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("CreditExhaustionSeconds", "Seconds", "direction", "Minimum",
                "forecast seconds until the bucket is empty at the current rate; 31536000 (a year) when "
                "not draining"),
+    # The alarm takes the sooner of the two (agent/cloudwatch/alarms.py): the instant forecast is +Inf in
+    # every pause of a bursty drain, the trend is not (docs/credits.md, "Two forecasts").
+    MetricSpec("CreditExhaustionTrendSeconds", "Seconds", "direction", "Minimum",
+               "forecast seconds until the bucket is empty at the net spend rate over [credits] "
+               "forecast_window (bursts and pauses together); 31536000 (a year) when not draining"),
     MetricSpec("ThroughputBytesPerSecond", "Bytes/Second", "direction", "Average",
                "measured instance throughput (all monitored interfaces)"),
     MetricSpec("ShapingEvents", "Count", "direction", "Sum",
@@ -54,8 +59,10 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("WarnedChecks", "Count", "instance", "Maximum", "checks whose verdict is warn"),
     MetricSpec("ProbeSuccess", "None", "peer", "Minimum", "1 when the peer's latest probe succeeded"),
 )
-DEFAULT_METRICS = ("CreditRemainingRatio", "CreditExhaustionSeconds", "ThroughputBytesPerSecond",
-                   "ShapingEvents", "FailedChecks", "ProbeThroughputBitsPerSecond")
+# The trend forecast is in the default set because the default exhaustion alarm reads it (2 more custom
+# metrics: the arithmetic is in docs/cloudwatch.md, "Cost").
+DEFAULT_METRICS = ("CreditRemainingRatio", "CreditExhaustionSeconds", "CreditExhaustionTrendSeconds",
+                   "ThroughputBytesPerSecond", "ShapingEvents", "FailedChecks", "ProbeThroughputBitsPerSecond")
 SPECS = {m.name: m for m in METRICS}
 
 

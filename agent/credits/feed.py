@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Optional
 
 from agent.config import CreditsConfig
 from agent.credits.persistence import CreditStore
 from agent.models.counters import CounterTracker, InterfaceDelta
-from agent.models.credit_model import CreditEstimator, CreditReading
+from agent.models.credit_model import SAVE_MOVEMENT_FRACTION, CreditEstimator, CreditReading
 from agent.models.profile import BandwidthProfile
 from agent.models.shaping import ShapingReading
 from agent.readers.statefile import boottime
@@ -20,17 +21,23 @@ class CreditTracker:
     """Owns the estimator for the running profile; the sampler calls step() once per sample."""
 
     def __init__(self, profile: BandwidthProfile, state_dir: str, cfg: Optional[CreditsConfig] = None,
-                 procfs: str = "/proc", clock: Callable[[], float] = boottime) -> None:
+                 procfs: str = "/proc", clock: Callable[[], float] = boottime,
+                 sample_clock: Callable[[], float] = time.monotonic) -> None:
+        """`clock` spans restarts (CLOCK_BOOTTIME); `sample_clock` is the one step()'s `now` comes from (the
+        sampler's), so the state is stamped when the sample's counters were read, not when the step ends."""
         cfg = cfg or CreditsConfig()
         self.profile = profile
         self.cfg = cfg
         self.store = CreditStore(state_dir, procfs, clock)
         self.clock = clock
+        self.sample_clock = sample_clock
+        self._sample_at = clock()                       # `clock` when the latest sample's counters were read
         self._restored = False
         self._last_raw: dict[str, tuple[Optional[int], int, int]] = {}
         self.restore_note = "fresh"
         self.estimator = self._new_estimator(profile)
         self.latest: Optional[dict[str, CreditReading]] = None
+        self._saved: Optional[dict[str, Any]] = None    # the estimator's state at the last save
 
     # -- profile and learned sizes --------------------------------------------------------------
     def _learnable(self, profile: BandwidthProfile) -> bool:
@@ -57,8 +64,8 @@ class CreditTracker:
         self.estimator.restore(old, bucket_too=False)
 
     def reconfigure(self, cfg: CreditsConfig) -> None:
-        """[credits] on reload: save_interval, learn and trust_configured_bucket apply at once; the
-        shaping source's keys are marked restart-only in the config."""
+        """[credits] on reload: save_interval, forecast_window, learn and trust_configured_bucket apply at once;
+        the shaping source's keys are marked restart-only in the config."""
         self.cfg = cfg
         self.estimator.learn = self._learnable(self.profile)
         self.estimator.set_forecast_window(cfg.forecast_window)
@@ -67,11 +74,16 @@ class CreditTracker:
     def step(self, now: float, deltas: dict[str, InterfaceDelta], tracker: CounterTracker,
              shaping: Optional[ShapingReading]) -> Optional[dict[str, CreditReading]]:
         raw = tracker.raw()
+        # The counters were read at `now`, a while before this stage runs: the first sample after a start
+        # takes 0.1-0.2 s (first netlink calls), which a restart's gap must not count as refill time.
+        lag = self.sample_clock() - now
+        self._sample_at = self.clock() - (lag if 0.0 <= lag <= 60.0 else 0.0)   # else `now` is another clock
         if not self._restored:
             self._restored = True
             if self.estimator.active:
                 self.restore_note = self.store.restore(self.estimator, self.profile.instance_type,
-                                                       self._learnable(self.profile), raw, tracker)
+                                                       self._learnable(self.profile), raw, tracker,
+                                                       self.profile.peak_bytes_per_second, self._sample_at)
         nbytes = {"in": 0.0, "out": 0.0}
         dt = 0.0
         for delta in deltas.values():
@@ -90,7 +102,10 @@ class CreditTracker:
                 log.info("direction=%s bucket learned: %.0f bytes (%.1f Gbit) by %s, %d time(s)", d,
                          b.bucket, b.bucket * 8 / 1e9, b.learn_method, b.learned_count)
             self.save_learned()
-        if self.clock() - self.store.last_save >= self.cfg.save_interval:
+        # Saved on movement (1 % of the bucket since the last save: what a crash can cost), at most once per
+        # sample, and every save_interval while the estimate stays still (docs/credits.md, "Persistence").
+        if self._saved is None or self.estimator.movement(self._saved) >= SAVE_MOVEMENT_FRACTION \
+                or self.clock() - self.store.last_save >= self.cfg.save_interval:
             self.save()
         self.latest = readings
         return readings if self.estimator.active or self.profile.baseline_bytes_per_second else None
@@ -98,7 +113,10 @@ class CreditTracker:
     # -- persistence -----------------------------------------------------------------------------
     def save(self) -> None:
         if self.estimator.active:
-            self.store.save(self.estimator, self.profile.instance_type, self._last_raw)
+            # A failed write (logged once by the store) counts as an attempt too: the next movement or
+            # heartbeat tries again, not every sample.
+            self.store.save(self.estimator, self.profile.instance_type, self._last_raw, self._sample_at)
+            self._saved = self.estimator.to_state()
 
     def save_learned(self) -> None:
         self.store.save_learned(self.profile.instance_type, self.estimator.learned_buckets())

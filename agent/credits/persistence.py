@@ -50,8 +50,12 @@ class CreditStore:
 
     # -- this boot's state -----------------------------------------------------------------------
     def restore(self, estimator: CreditEstimator, instance_type: Optional[str], bucket_too: bool,
-                raw: dict[str, NetDevCounters], tracker: CounterTracker) -> str:
-        """Load the saved state into `estimator`; returns how the state started: fresh | new_boot | restored."""
+                raw: dict[str, NetDevCounters], tracker: CounterTracker, peak: Optional[float] = None,
+                at: Optional[float] = None) -> str:
+        """Load the saved state into `estimator` and fold in the gap since it was saved up to `at` (the clock
+        when `raw` was read; default now): bytes from the kernel's counters, their timing unknown, so
+        estimator.account_gap errs towards fewer credits, the bytes taken at `peak` bytes/s. Returns how the
+        state started: fresh | new_boot | restored."""
 
         def accept(doc: dict[str, Any]) -> Optional[str]:
             if doc.get("instance_type") != instance_type:
@@ -67,7 +71,8 @@ class CreditStore:
             log.info("credit state is from another boot: starting with full buckets")
             return "new_boot"
         estimator.restore(doc.get("directions", {}), bucket_too=bucket_too)
-        gap = max(0.0, self.clock() - float(doc.get("boottime", self.clock())))
+        now = self.clock() if at is None else at
+        gap = max(0.0, now - float(doc.get("boottime", now)))
         moved: dict[str, Optional[float]] = {"in": 0.0, "out": 0.0}
         saved = doc.get("counters", {})
         for name, cur in raw.items():
@@ -78,15 +83,16 @@ class CreditStore:
                 break
             moved["in"] = (moved["in"] or 0.0) + cur.rx_bytes - s["rx_bytes"]
             moved["out"] = (moved["out"] or 0.0) + cur.tx_bytes - s["tx_bytes"]
-        estimator.account_gap(gap, moved)
-        log.info("credit state restored after %.1f s down (bytes meanwhile in=%s out=%s)", gap,
+        estimator.account_gap(gap, moved, peak)
+        log.info("credit state restored after %.1f s since its last save (bytes meanwhile in=%s out=%s)", gap,
                  moved["in"], moved["out"])
         return "restored"
 
     def save(self, estimator: CreditEstimator, instance_type: Optional[str],
-             counters: dict[str, tuple[Optional[int], int, int]]) -> None:
-        """Save the deficit with the counters it was computed at (name -> (ifindex, rx_bytes, tx_bytes))."""
-        self.last_save = self.clock()
+             counters: dict[str, tuple[Optional[int], int, int]], at: Optional[float] = None) -> None:
+        """Save the deficit with the counters it was computed at (name -> (ifindex, rx_bytes, tx_bytes)) and
+        the clock when they were read (`at`; default now)."""
+        self.last_save = self.clock() if at is None else at
         doc_counters = {n: {"ifindex": i, "rx_bytes": rx, "tx_bytes": tx} for n, (i, rx, tx) in counters.items()}
         try:
             self.state.save({"boot_id": self.boot_id, "boottime": self.last_save, "wall": time.time(),

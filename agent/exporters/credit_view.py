@@ -7,12 +7,29 @@ from typing import Callable, Iterable, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from agent.exporters import NS, View
 from agent.sampling.pipeline import Snapshot
 
-NS = "burstwatch"
 
+class CreditView(View):
+    """Renders the credit model's readings and the shaping totals of the latest snapshot; computes nothing."""
 
-class CreditView:
+    FAMILIES = (
+        ("burstwatch_credit_model_info", "gauge"),
+        ("burstwatch_credit_remaining_bytes", "gauge"),
+        ("burstwatch_credit_remaining_ratio", "gauge"),
+        ("burstwatch_credit_bucket_bytes", "gauge"),
+        ("burstwatch_credit_exhaustion_seconds", "gauge"),
+        ("burstwatch_credit_refill_seconds", "gauge"),
+        ("burstwatch_credit_shaped", "gauge"),
+        ("burstwatch_credit_exhausted", "gauge"),
+        ("burstwatch_credit_exhaustion_trend_seconds", "gauge"),
+        ("burstwatch_credit_refill_trend_seconds", "gauge"),
+        ("burstwatch_credit_bucket_learned", "counter"),
+        ("burstwatch_credit_bucket_info", "gauge"),
+        ("burstwatch_shaping_packets", "counter"),
+    )
+
     def __init__(self, latest: Callable[[], Optional[Snapshot]], shaping_source: Callable[[], Optional[str]],
                  restore_note: Callable[[], str]) -> None:
         self._latest = latest

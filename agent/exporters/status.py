@@ -52,6 +52,9 @@ def build_status(samples: list[Sample]) -> dict[str, Any]:
             "bucket_source": binfo.labels.get("source") if binfo else None,
             "exhaustion_seconds": _val(samples, "burstwatch_credit_exhaustion_seconds", direction=d),
             "refill_seconds": _val(samples, "burstwatch_credit_refill_seconds", direction=d),
+            # At the net rate over [credits] forecast_window (None from a daemon older than the trend).
+            "exhaustion_trend_seconds": _val(samples, "burstwatch_credit_exhaustion_trend_seconds", direction=d),
+            "refill_trend_seconds": _val(samples, "burstwatch_credit_refill_trend_seconds", direction=d),
             "exhausted": _val(samples, "burstwatch_credit_exhausted", direction=d) == 1.0,
             "shaping_packets_total": sum(s.value for s in _find(samples, "burstwatch_shaping_packets_total",
                                                                 direction=d)),
@@ -128,6 +131,20 @@ def _duration(seconds: Optional[float]) -> str:
     return f"{seconds:.1f}s"
 
 
+def _finite(seconds: Optional[float]) -> bool:
+    return seconds is not None and math.isfinite(seconds)
+
+
+def _forecast(what: str, instant: Optional[float], trend: Optional[float], verb: str) -> str:
+    """Both forecasts: at the current rate, and at the trend (the net rate over forecast_window). A bursty
+    drain reads +Inf at the current rate in every pause, so then the trend leads."""
+    if trend is None:                       # a daemon older than the trend forecast
+        return f"{what} in {_duration(instant)}"
+    if not _finite(instant) and _finite(trend):
+        return f"{what} in {_duration(trend)} at the trend (not {verb} now)"
+    return f"{what} in {_duration(instant)} (trend {_duration(trend)})"
+
+
 def render_text(doc: dict[str, Any]) -> str:
     lines = []
     inst = doc.get("instance") or {}
@@ -155,12 +172,12 @@ def render_text(doc: dict[str, Any]) -> str:
         bar = "[" + "#" * filled + "." * (BAR - filled) + "]"
         if v["exhausted"]:
             when = "EMPTY: shaped to the baseline"
-        elif v["exhaustion_seconds"] is not None and not math.isinf(v["exhaustion_seconds"]):
-            when = f"empty in {_duration(v['exhaustion_seconds'])}"
+        elif _finite(v["exhaustion_seconds"]) or _finite(v["exhaustion_trend_seconds"]):
+            when = _forecast("empty", v["exhaustion_seconds"], v["exhaustion_trend_seconds"], "draining")
         elif ratio >= 0.999:
             when = "full"
         else:
-            when = f"full in {_duration(v['refill_seconds'])}"
+            when = _forecast("full", v["refill_seconds"], v["refill_trend_seconds"], "refilling")
         bucket = (v["bucket_bytes"] or 0) * 8 / 1e9
         lines.append(f"  {d:<3} {bar} {ratio * 100:5.1f}% of {bucket:.4g} Gbit ({v['bucket_source']})  {when}")
         lines.append(f"      {rate}  shaped packets {int(v['shaping_packets_total'])}")

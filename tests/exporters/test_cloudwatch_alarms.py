@@ -8,6 +8,7 @@ import math
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,18 +63,26 @@ def test_alarms_are_created_as_printed(moto: str, tmp_path: Path, capsys: pytest
         for key, value in want.items():
             assert got[key] == value, (want["AlarmName"], key)
     exhaustion_in = described[f"burstwatch-{IID}-credit-exhaustion-in"]
-    assert (exhaustion_in["MetricName"], exhaustion_in["Statistic"], exhaustion_in["Threshold"],
-            exhaustion_in["ComparisonOperator"]) == ("CreditExhaustionSeconds", "Minimum", 600.0,
-                                                     "LessThanThreshold")
+    # the sooner of the instant and the trend forecast: metric math over both, as BurstCreditsRunningOut
+    queries = {q["Id"]: q for q in exhaustion_in["Metrics"]}
+    assert {i: q["MetricStat"]["Metric"]["MetricName"] for i, q in queries.items() if "MetricStat" in q} == {
+        "instant": "CreditExhaustionSeconds", "trend": "CreditExhaustionTrendSeconds"}
+    assert {q["MetricStat"]["Stat"] for q in queries.values() if "MetricStat" in q} == {"Maximum"}  # for: 1m
+    assert [q["Expression"] for q in queries.values() if q["ReturnData"]] == ["MIN([instant, trend])"]
+    assert (exhaustion_in["Threshold"], exhaustion_in["ComparisonOperator"]) == (600.0, "LessThanThreshold")
     low = described[f"burstwatch-{IID}-credit-low-out"]
     assert (low["MetricName"], low["Threshold"]) == ("CreditRemainingRatio", 0.2)
     shaping = described[f"burstwatch-{IID}-shaping-in"]
     assert (shaping["MetricName"], shaping["Statistic"], shaping["ComparisonOperator"], shaping["Threshold"],
             shaping["TreatMissingData"]) == ("ShapingEvents", "Sum", "GreaterThanThreshold", 0.0, "notBreaching")
-    assert exhaustion_in["Dimensions"] == [
-        {"Name": "InstanceId", "Value": IID}, {"Name": "InstanceType", "Value": ITYPE},
-        {"Name": "AutoScalingGroupName", "Value": "web-asg"}, {"Name": "Environment", "Value": "prod"},
-        {"Name": "Direction", "Value": "in"}]
+    for q in queries.values():
+        if "MetricStat" in q:
+            assert q["MetricStat"]["Metric"]["Dimensions"] == [
+                {"Name": "InstanceId", "Value": IID}, {"Name": "InstanceType", "Value": ITYPE},
+                {"Name": "AutoScalingGroupName", "Value": "web-asg"}, {"Name": "Environment", "Value": "prod"},
+                {"Name": "Direction", "Value": "in"}]
+            assert q["MetricStat"]["Period"] == 60
+    assert low["Dimensions"][-1] == {"Name": "Direction", "Value": "out"}
     assert exhaustion_in["AlarmActions"] == exhaustion_in["OKActions"] == [TOPIC]
 
 
@@ -89,8 +98,14 @@ def test_alarms_watch_the_metrics_the_publisher_sends(moto: str) -> None:
     pub.stop(1.5)
     listed = {(m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"]))
               for m in cw_client(moto).list_metrics(Namespace="Burstwatch")["Metrics"]}
+    watched = 0
     for a in alarm_params("Burstwatch", pub.dims, 60, IID):
-        assert (a["MetricName"], tuple((d["Name"], d["Value"]) for d in a["Dimensions"])) in listed, a["AlarmName"]
+        metrics = [q["MetricStat"]["Metric"] for q in a.get("Metrics", []) if "MetricStat" in q] or [a]
+        for m in metrics:
+            assert (m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"])) in listed, \
+                (a["AlarmName"], m["MetricName"])
+            watched += 1
+    assert watched == 8          # the exhaustion alarms read two metrics each
 
 
 def test_text_output_without_apply_creates_nothing(moto: str, tmp_path: Path,
@@ -101,7 +116,8 @@ def test_text_output_without_apply_creates_nothing(moto: str, tmp_path: Path,
     assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg)]), imds_get=imds.get) == 0
     out = capsys.readouterr().out
     assert f"burstwatch-{IID}-credit-exhaustion-in" in out
-    assert "Minimum(Burstwatch/CreditExhaustionSeconds) < 600 over 60s" in out   # 1 s data, 60 s alarms
+    assert ("MIN([Maximum(Burstwatch/CreditExhaustionSeconds), Maximum(Burstwatch/CreditExhaustionTrendSeconds)])"
+            " < 600 over 60s") in out                                            # 1 s data, 60 s alarms
     assert "Minimum(Burstwatch/CreditRemainingRatio) < 0.2" in out
     assert "Sum(Burstwatch/ShapingEvents) > 0" in out
     assert "AutoScalingGroupName" not in out         # IMDS tags are visible and name no group
@@ -131,14 +147,25 @@ def test_cloudformation_template_matches_the_api_alarms() -> None:
         p = res["Properties"]
         slug = p["AlarmName"]["Fn::Sub"].replace("burstwatch-${InstanceId}-", "")
         want = api[slug]
-        for key in ("Namespace", "MetricName", "Statistic", "Period", "EvaluationPeriods", "DatapointsToAlarm",
-                    "Threshold", "ComparisonOperator", "TreatMissingData", "AlarmDescription"):
+        condition = set(want) - {"AlarmName", "ActionsEnabled", "AlarmActions", "OKActions"}
+        assert set(p) - {"AlarmName", "AlarmActions", "OKActions"} == condition, slug
+        for key in condition - {"Dimensions", "Metrics"}:
             assert p[key] == want[key], (slug, key)
-        dims = p["Dimensions"]
-        assert dims[0] == {"Name": "InstanceId", "Value": {"Ref": "InstanceId"}}
-        assert dims[1] == {"Name": "InstanceType", "Value": {"Ref": "InstanceType"}}
-        assert dims[2]["Fn::If"][0] == "HasGroup"
-        assert dims[3:] == want["Dimensions"][2:]   # the extra dimensions, then Direction
+        if "Metrics" in want:
+            assert len(p["Metrics"]) == len(want["Metrics"])
+            pairs = []
+            for got_q, want_q in zip(p["Metrics"], want["Metrics"]):
+                if "MetricStat" in want_q:
+                    pairs.append((got_q["MetricStat"]["Metric"].pop("Dimensions"),
+                                  want_q["MetricStat"]["Metric"].pop("Dimensions")))
+                assert got_q == want_q, slug
+        else:
+            pairs = [(p["Dimensions"], want["Dimensions"])]
+        for dims, want_dims in pairs:
+            assert dims[0] == {"Name": "InstanceId", "Value": {"Ref": "InstanceId"}}
+            assert dims[1] == {"Name": "InstanceType", "Value": {"Ref": "InstanceType"}}
+            assert dims[2]["Fn::If"][0] == "HasGroup"
+            assert dims[3:] == want_dims[2:]   # the extra dimensions, then Direction
         assert p["AlarmActions"] == {"Fn::If": ["HasTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
     # every Ref names a parameter or a pseudo parameter, every condition exists
     refs = set(re.findall(r'"Ref": "([^"]+)"', json.dumps(tpl)))
@@ -168,3 +195,64 @@ def test_docs_iam_policy_allows_exactly_put_metric_data_in_the_namespace() -> No
     (stmt,) = policy["Statement"]
     assert (stmt["Effect"], stmt["Action"], stmt["Resource"]) == ("Allow", "cloudwatch:PutMetricData", "*")
     assert stmt["Condition"] == {"StringEquals": {"cloudwatch:namespace": CloudWatchConfig().namespace}}
+
+
+# -- what the exhaustion alarm means, on simulated EC2 traffic ----------------------------------------------
+
+def _alarm_minutes(samples: list, spec_slug: str = "credit-exhaustion") -> list[bool]:
+    """Evaluate the alarm as CloudWatch does on what the publisher would send: per 60 s period, each query's
+    statistic over that minute's samples (capped like the publisher), then the expression, then the
+    threshold. One verdict per minute."""
+    from agent.cloudwatch.catalogue import EXHAUSTION_CAP_SECONDS
+
+    spec = next(s for s in ALARMS if s.slug == spec_slug)
+    attr = {"CreditExhaustionSeconds": "exhaustion_seconds", "CreditExhaustionTrendSeconds": "exhaustion_trend_seconds"}
+    stat = {"Maximum": max, "Minimum": min}[spec.statistic]
+    minutes: dict[int, list] = {}
+    for s in samples:
+        minutes.setdefault(int((s.t - 1e-9) // 60), []).append(s)
+    out = []
+    for _, group in sorted(minutes.items()):
+        values = {qid: stat(min(getattr(s.reading, attr[metric]), EXHAUSTION_CAP_SECONDS) for s in group)
+                  for qid, metric in spec.math}
+        assert spec.expression == "MIN([instant, trend])"
+        out.append(min(values.values()) < spec.threshold)
+    return out
+
+
+def _r4_large() -> Any:
+    from agent.models.credit_model import CreditEstimator
+    from tests.models.credit_world import Shaper, World
+
+    gbit = 1e9 / 8
+    return World(CreditEstimator(0.75 * gbit, 2700 * gbit, forecast_window=60.0),
+                 Shaper(0.75 * gbit, 10 * gbit, 2700 * gbit), sample_interval=1.0, rate_window=1.0, fine=0.05)
+
+
+@pytest.mark.parametrize("on, off", [(1, 0), (10, 10), (30, 20)])
+def test_the_exhaustion_alarm_fires_before_empty_for_steady_and_bursty_drains(on: float, off: float) -> None:
+    from tests.models.credit_world import idle, on_off, steady
+
+    w = _r4_large()
+    w.run(idle(), 120)
+    samples, empty = w.run_until_empty(steady(20e9 / 8) if not off else on_off(20e9 / 8, on, off), 3600)
+    verdicts = _alarm_minutes(w.samples)
+    fired = [m for m, v in enumerate(verdicts) if v]
+    assert fired and fired[0] * 60 + 60 <= empty - 60, (fired, empty)      # a minute's warning at least
+
+
+@pytest.mark.parametrize("burst, every", [(5, 120), (30, 600), (1, 20)])
+def test_the_exhaustion_alarm_stays_quiet_for_bursts_averaging_under_the_baseline(burst: float, every: float) -> None:
+    """Bursts at the peak (10 Gbit/s) averaging 0.42, 0.5 and 0.5 Gbit/s, under r4.large's 0.75. The instant
+    forecast's Minimum (the alarm before issue 12) paged on the first burst; each forecast's Maximum over
+    the minute is the rule's `for: 1m`."""
+    from tests.models.credit_world import idle, on_off
+
+    assert burst * 10 / every < 0.75
+    w = _r4_large()
+    w.run(idle(), 120)
+    w.run(on_off(20e9 / 8, burst, every - burst), 1800)
+    assert min(s.reading.ratio or 0 for s in w.samples) > 0.5
+    assert not any(_alarm_minutes(w.samples))
+    # the instant forecast alone, read as its Minimum, would have paged on the first burst
+    assert any(s.reading.exhaustion_seconds < 600 for s in w.samples)

@@ -80,3 +80,18 @@ def test_every_credit_series_is_documented_and_lints() -> None:
         pytest.fail("promtool missing: `make test-deps` installs Debian's prometheus package")
     out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_view_declares_every_family_it_yields_the_trend_gauges_too() -> None:
+    view = CreditView(lambda: snapshot({d: full(d) for d in ("in", "out")},  # type: ignore[arg-type,return-value]
+                                       ShapingReading("tc", {"out": 3}, {"out": 7})),
+                      lambda: "tc", lambda: "fresh")
+    declared = {(m.name, m.type) for m in view.describe()}
+    collected = {(m.name, m.type) for m in view.collect()}
+    assert collected <= declared, collected - declared
+    assert {("burstwatch_credit_exhaustion_trend_seconds", "gauge"),
+            ("burstwatch_credit_refill_trend_seconds", "gauge")} <= collected
+    reg = CollectorRegistry()
+    reg.register(view)
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        reg.register(CreditView(lambda: None, lambda: None, lambda: "fresh"))

@@ -15,12 +15,27 @@ from tests.conftest import ROOT, free_port
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "metrics" / "make-run-off-ec2.prom"
 
 
-def _draining(text: str) -> str:
-    """The captured exposition with `out` draining: 40 % left, empty in 312 s."""
-    text = re.sub(r'(burstwatch_credit_remaining_ratio\{direction="out"\}) \S+', r"\1 0.4", text)
-    text = re.sub(r'(burstwatch_credit_exhaustion_seconds\{direction="out"\}) \S+', r"\1 312.0", text)
-    text = re.sub(r'(burstwatch_throughput_bytes_per_second\{direction="out"\}) \S+', r"\1 1.25e9", text)
+def _set(text: str, name: str, direction: str, value: str) -> str:
+    """One series of the captured exposition set to `value` (it must be there)."""
+    text, n = re.subn(rf'({name}\{{direction="{direction}"\}}) \S+', rf"\g<1> {value}", text)
+    assert n == 1, name
     return text
+
+
+def _draining(text: str, trend: str = "290.0") -> str:
+    """The captured exposition with `out` draining: 40 % left, empty in 312 s (trend: 290 s)."""
+    text = _set(text, "burstwatch_credit_remaining_ratio", "out", "0.4")
+    text = _set(text, "burstwatch_credit_exhaustion_seconds", "out", "312.0")
+    text = _set(text, "burstwatch_credit_exhaustion_trend_seconds", "out", trend)
+    text = _set(text, "burstwatch_credit_refill_seconds", "out", "+Inf")
+    text = _set(text, "burstwatch_credit_refill_trend_seconds", "out", "+Inf")
+    text = _set(text, "burstwatch_throughput_bytes_per_second", "out", "1.25e9")
+    return text
+
+
+def _out_line(text: str) -> str:
+    doc = build_status(parse_metrics(text))
+    return next(ln for ln in render_text(doc).splitlines() if ln.strip().startswith("out"))
 
 
 def test_full_buckets_off_ec2() -> None:
@@ -36,12 +51,40 @@ def test_full_buckets_off_ec2() -> None:
     assert "fail driver eth0" in text
 
 
-def test_draining_bucket_bar_and_forecast() -> None:
+def test_draining_bucket_bar_and_both_forecasts() -> None:
     doc = build_status(parse_metrics(_draining(FIX.read_text())))
     text = render_text(doc)
     line = next(ln for ln in text.splitlines() if ln.strip().startswith("out"))
-    assert "[" + "#" * 12 + "." * 18 + "]  40.0%" in line and "empty in 5m12s" in line
+    assert "[" + "#" * 12 + "." * 18 + "]  40.0%" in line and line.endswith("empty in 5m12s (trend 4m50s)")
     assert "rate 10 Gbit/s" in text
+    out = doc["directions"]["out"]
+    assert (out["exhaustion_seconds"], out["exhaustion_trend_seconds"]) == (312.0, 290.0)
+    assert _out_line(_draining(FIX.read_text(), trend="+Inf")).endswith("empty in 5m12s (trend never)")
+
+
+def test_a_bursty_drain_in_a_pause_shows_the_trend() -> None:
+    """In a pause of a bursty drain the instant forecast is +Inf; the trend still says when."""
+    text = _set(_draining(FIX.read_text()), "burstwatch_credit_exhaustion_seconds", "out", "+Inf")
+    assert _out_line(text).endswith("empty in 4m50s at the trend (not draining now)")
+    doc = json_safe(build_status(parse_metrics(text)))
+    assert doc["directions"]["out"]["exhaustion_seconds"] is None
+    assert doc["directions"]["out"]["exhaustion_trend_seconds"] == 290.0
+
+
+def test_refilling_shows_both_forecasts() -> None:
+    text = _set(FIX.read_text(), "burstwatch_credit_remaining_ratio", "out", "0.5")
+    text = _set(text, "burstwatch_credit_refill_seconds", "out", "90.0")
+    text = _set(text, "burstwatch_credit_refill_trend_seconds", "out", "125.0")
+    assert _out_line(text).endswith("full in 1m30s (trend 2m05s)")
+    text = _set(text, "burstwatch_credit_refill_seconds", "out", "+Inf")
+    assert _out_line(text).endswith("full in 2m05s at the trend (not refilling now)")
+
+
+def test_a_daemon_without_the_trend_metrics() -> None:
+    """An older daemon's /metrics: the instant forecast alone, as before."""
+    text = "\n".join(ln for ln in _draining(FIX.read_text()).splitlines() if "_trend_seconds" not in ln) + "\n"
+    assert _out_line(text).endswith("empty in 5m12s")
+    assert build_status(parse_metrics(text))["directions"]["out"]["exhaustion_trend_seconds"] is None
 
 
 def test_json_has_no_infinity() -> None:
