@@ -65,16 +65,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_cloudwatch(args: argparse.Namespace) -> int:
-    from agent.cloudwatch.alarms import cmd_cloudwatch as run
-    from agent.readers.imds import ImdsClient
-
-    im = configmod.load(args.config).imds
-    get = ImdsClient(im.endpoint, timeout=im.timeout, retries=im.retries, allow_imdsv1=im.allow_imdsv1).get \
-        if im.enabled else None
-    return run(args, imds_get=get)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="burstwatch", description="Watch EC2 network burst credits, verify ENA "
                                 "and MTU, and probe peer throughput.")
@@ -108,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("responder", cmd_responder, "run the iperf3-compatible responder in the foreground, without the daemon")
     add_responder_arguments(sp)
     add("check-config", cmd_check_config, "validate a config file; exit 0 or 2 naming the bad key")
-    from agent.cloudwatch.alarms import add_arguments as add_cloudwatch_arguments
+    from agent.commands.cloudwatch import add_arguments as add_cloudwatch_arguments
+    from agent.commands.cloudwatch import cmd_cloudwatch
 
     sp = add("cloudwatch", cmd_cloudwatch, "print (or with --apply create) this instance's CloudWatch alarms",
              config=False)

@@ -193,31 +193,6 @@ def cloudformation(namespace: str, period: int, extra: dict[str, str]) -> str:
 
 # -- the command --------------------------------------------------------------------------------
 
-def add_arguments(sp: argparse.ArgumentParser) -> None:
-    """`burstwatch cloudwatch alarms ...` under the `cloudwatch` parser that cli.py adds."""
-    sub = sp.add_subparsers(dest="cloudwatch_command", metavar="ACTION")
-    sub.required = True
-    a = sub.add_parser("alarms", help="print (or create) the CloudWatch alarms for this instance",
-                       description="Print the alarms an operator needs for this instance: credits run out "
-                       "within 10 minutes (at the current rate or at the trend), credits below 20 %%, shaping "
-                       "now (per direction). --apply "
-                       "creates them with PutMetricAlarm.")
-    a.add_argument("--config", metavar="PATH", default=None,
-                   help=f"config file (default {configmod.DEFAULT_CONFIG_PATH}; missing = defaults)")
-    a.add_argument("--apply", action="store_true", help="create or update the alarms (PutMetricAlarm)")
-    fmt = a.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true", help="print the PutMetricAlarm parameters as JSON")
-    fmt.add_argument("--cloudformation", action="store_true",
-                     help="print a CloudFormation template with the same alarms (instance as parameters)")
-    a.add_argument("--instance-id", default=None, help="instance id (default: from IMDS)")
-    a.add_argument("--instance-type", default=None,
-                   help="instance type (default: [instance] type, else IMDS)")
-    a.add_argument("--autoscaling-group", default=None,
-                   help="Auto Scaling group name (default: looked up as the daemon does; '' for none)")
-    a.add_argument("--sns-topic", action="append", default=[], metavar="ARN",
-                   help="SNS topic ARN to notify on ALARM and OK (repeatable)")
-
-
 def cmd_cloudwatch(args: argparse.Namespace, imds_get: Optional[ImdsGet] = None,
                    client_factory: Optional[Callable[..., Any]] = None) -> int:
     """`burstwatch cloudwatch alarms`; `imds_get(path)` reads IMDS `latest/`-relative paths."""

@@ -14,12 +14,12 @@ import pytest
 
 from agent.cloudwatch.alarms import (
     ALARMS,
-    add_arguments,
     alarm_params,
     alarm_period,
     cloudformation,
     cmd_cloudwatch,
 )
+from agent.commands.cloudwatch import add_arguments
 from agent.models.shaping import ShapingReading
 from tests.exporters.test_cloudwatch import (  # _publishers_end_with_their_test is an autouse fixture
     IID,
