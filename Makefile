@@ -46,6 +46,8 @@ lint: test-deps
 	$(VENV)/bin/ruff check agent tests scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/vermin --target=3.9- --violations --eval-annotations --no-tips -q agent
+	# The layer contract (docs/architecture.md): imports only run down, services never import each other.
+	$(VPY) -m pytest -q -p no:cacheprovider tests/test_layers.py
 
 unit: test-deps
 	$(VPY) -m pytest -q tests -m "not netns and not slow"

@@ -8,7 +8,8 @@ import statistics
 import pytest
 
 from agent.models import credit_model as cm
-from agent.models.credit_model import CreditEstimator, SpendTrend
+from agent.models.credit_model import CreditEstimator
+from agent.models.spend_trend import SpendTrend
 from tests.models.credit_world import MBIT, Shaper, World, idle, on_off, steady
 
 BASE, PEAK, BUCKET = 100 * MBIT, 300 * MBIT, 150e6     # the lab's profile

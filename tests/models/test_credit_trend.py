@@ -7,7 +7,8 @@ import math
 import pytest
 
 from agent.config import CreditsConfig
-from agent.models.credit_model import DEFAULT_FORECAST_WINDOW, TREND_MAX_POINTS, CreditEstimator, SpendTrend
+from agent.models.credit_model import DEFAULT_FORECAST_WINDOW, CreditEstimator
+from agent.models.spend_trend import TREND_MAX_POINTS, SpendTrend
 from tests.models.credit_world import MBIT, Shaper, World, idle, on_off, steady
 
 BASE, PEAK, BUCKET = 100 * MBIT, 300 * MBIT, 150e6     # the lab's profile (tests/support/credit_lab.py)
