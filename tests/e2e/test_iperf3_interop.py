@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from agent.iperf3 import ProbeRequest, run_probe, summarize
+from agent.iperf3.client import ProbeRequest, run_probe
+from agent.iperf3.report import summarize
 from tests.conftest import require_root_tools
 from tests.probes.iperf3_helpers import (
     free_port,
@@ -100,7 +101,7 @@ def test_udp_both_ways() -> None:
 
 
 def _netns_probe(ns: str, lab: Lab, target: str, seconds: float) -> dict[str, Any]:
-    code = ("import json, sys\nfrom agent.iperf3 import ProbeRequest, run_probe\n"
+    code = ("import json, sys\nfrom agent.iperf3.client import ProbeRequest, run_probe\n"
             f"print(json.dumps(run_probe(ProbeRequest({target!r}, 5201, streams=4, duration={seconds}))))")
     return json.loads(lab.run(ns, sys.executable, "-c", code, timeout=60).stdout)
 

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.exporters.probes import ProbesView
-from agent.iperf3 import ProbeError
+from agent.iperf3.client import ProbeError
 from agent.probes.archive import S3Archive
 from agent.probes.scheduler import SKIP_REASONS, Scheduler
 from agent.probes.service import ProbeService

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import pytest
 
-from agent.iperf3 import ProbeRequest, run_probe
+from agent.iperf3.client import ProbeRequest, run_probe
 from agent.probes.archive import S3Archive, archive_document, encode, object_key
 from agent.readers import aws
 from tests.probes.iperf3_helpers import free_port, iperf3_server

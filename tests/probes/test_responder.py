@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.config import ResponderConfig
 from agent.exporters.responder import ResponderView
-from agent.iperf3 import ProbeError, ProbeRequest, run_probe
 from agent.iperf3 import protocol as p
+from agent.iperf3.client import ProbeError, ProbeRequest, run_probe
 from agent.models.profile import BandwidthProfile
 from agent.responder.policy import (
     RateLimiter,

@@ -25,8 +25,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.iperf3 import ProbeRequest, run_probe
 from agent.iperf3 import protocol as p
+from agent.iperf3.client import ProbeRequest, run_probe
 from tests.conftest import ROOT, free_port
 from tests.probes.iperf3_helpers import iperf3_client, responder, wait_until
 

@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from agent.config import ResponderConfig
 from agent.exporters.responder import ResponderView
-from agent.iperf3 import ProbeError, ProbeRequest, run_probe
 from agent.iperf3 import protocol as p
+from agent.iperf3.client import ProbeError, ProbeRequest, run_probe
 from agent.models.credit_model import CreditReading
 from agent.models.profile import GBIT, BandwidthProfile
 from agent.responder.policy import budget_refusal, credit_refusal, drained_directions, expected_bytes
