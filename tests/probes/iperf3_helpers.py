@@ -37,10 +37,25 @@ def iperf3_bin() -> str:
     return path
 
 
+def _origin_shared() -> Optional[Path]:
+    """shared/tools beside the checkout this clone was made from (`git clone . "$(mktemp -d)"`, as the
+    README's CI check does, puts the clone where no shared/ is beside it)."""
+    try:
+        url = subprocess.run(["git", "-C", str(ROOT), "config", "--get", "remote.origin.url"],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not url or "://" in url or not Path(url).is_dir():
+        return None
+    return Path(url).resolve().parent / "shared" / "tools" / "iperf3-3.21" / "iperf3"
+
+
 def iperf3_new_bin() -> str:
     """The current iperf3 (3.21+), to test against what fleets run beside Debian's 3.12."""
-    path = Path(os.environ.get("BURSTWATCH_IPERF3_NEW", str(IPERF3_NEW)))
-    if not os.access(path, os.X_OK):
+    env = os.environ.get("BURSTWATCH_IPERF3_NEW")
+    candidates = [Path(env)] if env else [IPERF3_NEW, _origin_shared()]
+    path = next((c for c in candidates if c is not None and os.access(c, os.X_OK)), candidates[0])
+    if path is None or not os.access(path, os.X_OK):
         pytest.fail(f"a current iperf3 is missing at {path} (shared/tools/iperf3-3.21 beside the clone, or "
                     "set BURSTWATCH_IPERF3_NEW)")
     return str(path)
