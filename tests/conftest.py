@@ -8,7 +8,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -65,6 +67,22 @@ def wait_port(host: str, port: int, timeout: float = 15.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"{host}:{port} did not open within {timeout}s")
+
+
+def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> None:
+    """Poll `cond` until it holds; AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout}s")
+        time.sleep(interval)
+
+
+def scrape_metrics(port: int) -> dict[str, float]:
+    """A daemon's /metrics on loopback as {series: value}."""
+    from tests.support.credit_lab import parse_metrics
+
+    return parse_metrics(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
 
 
 @pytest.fixture(scope="session")

@@ -120,6 +120,3 @@ class CreditTracker:
 
     def save_learned(self) -> None:
         self.store.save_learned(self.profile.instance_type, self.estimator.learned_buckets())
-
-    def state(self) -> dict[str, Any]:
-        return self.estimator.to_state()

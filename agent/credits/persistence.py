@@ -43,10 +43,7 @@ class CreditStore:
         doc = self.learned_store.load() or {}
         types = doc.get("types", {})
         types[instance_type] = learned
-        try:
-            self.learned_store.save({"types": types})
-        except OSError as exc:
-            log.error("cannot save learned bucket sizes to %s: %s", self.learned_store.path, exc)
+        self.learned_store.save({"types": types})     # a failure is counted and logged by the store
 
     # -- this boot's state -----------------------------------------------------------------------
     def restore(self, estimator: CreditEstimator, instance_type: Optional[str], bucket_too: bool,
@@ -94,9 +91,6 @@ class CreditStore:
         the clock when they were read (`at`; default now)."""
         self.last_save = self.clock() if at is None else at
         doc_counters = {n: {"ifindex": i, "rx_bytes": rx, "tx_bytes": tx} for n, (i, rx, tx) in counters.items()}
-        try:
-            self.state.save({"boot_id": self.boot_id, "boottime": self.last_save, "wall": time.time(),
-                             "instance_type": instance_type,
-                             "directions": estimator.to_state(), "counters": doc_counters})
-        except OSError as exc:
-            log.error("cannot save credit state to %s: %s", self.state.path, exc)
+        self.state.save({"boot_id": self.boot_id, "boottime": self.last_save, "wall": time.time(),
+                         "instance_type": instance_type,
+                         "directions": estimator.to_state(), "counters": doc_counters})

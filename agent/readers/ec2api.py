@@ -220,8 +220,5 @@ def lookup_instance_type(instance_type: str, region: str, state_dir: str, client
                              f"{status}: {detail}; using the answer cached {(age or 0) / 3600:.1f} h ago")
         return ApiLookup(None, status, detail)
 
-    try:
-        store.save({"instance_type": instance_type, "region": region, "fetched": now(), "info": info})
-    except OSError as exc:
-        log.warning("cannot cache DescribeInstanceTypes for %s under %s: %s", instance_type, state_dir, exc)
+    store.save({"instance_type": instance_type, "region": region, "fetched": now(), "info": info})
     return ApiLookup(info, "fresh", f"DescribeInstanceTypes in {region}")

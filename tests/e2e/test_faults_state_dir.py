@@ -13,14 +13,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, free_port, wait_port
-from tests.support.credit_lab import parse_metrics
+from tests.conftest import ROOT, free_port, scrape_metrics, wait_port, wait_until
 
 # Lab timings: sample_interval 0.25 s (EC2 default 1 s), [credits] save_interval 0.5 s (default 5 s),
 # CloudWatch period 1 s (default 60 s).
@@ -35,16 +32,6 @@ UNDO = {"enospc": ["rm", "-f", "{d}/filler"], "readonly": ["mount", "-o", "remou
 ERRNO_TEXT = {"enospc": "No space left on device", "readonly": "Read-only file system"}
 
 
-def _metrics(port: int) -> dict[str, float]:
-    return parse_metrics(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
-
-
-def _wait(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("fault", ["enospc", "readonly"])
@@ -87,16 +74,15 @@ flush_interval = 1
                             stderr=open(log, "wb"))
     try:
         wait_port("127.0.0.1", port)
-        m0 = _metrics(port)
-        _wait(lambda: _metrics(port)['burstwatch_state_write_errors_total{file="credits.json"}'] >= 8, 20,
-              "eight failed credit saves")
-        _wait(lambda: _metrics(port)['burstwatch_state_write_errors_total{file="spool/cloudwatch"}'] >= 3, 20,
-              "three failed spool writes")
-        m1 = _metrics(port)
+        m0 = scrape_metrics(port)
+        errors = 'burstwatch_state_write_errors_total{file="%s"}'
+        wait_until(lambda: scrape_metrics(port)[errors % "credits.json"] >= 8, 20, "eight failed credit saves")
+        wait_until(lambda: scrape_metrics(port)[errors % "spool/cloudwatch"] >= 3, 20, "three failed spool writes")
+        m1 = scrape_metrics(port)
         # It kept sampling, and CloudWatch got its datapoints from memory.
         assert m1["burstwatch_samples_total"] >= m0["burstwatch_samples_total"] + 8
         assert m1['burstwatch_collector_success{collector="netdev"}'] == 1.0
-        _wait(lambda: _metrics(port)["burstwatch_cloudwatch_datapoints_published_total"] > 0, 20,
+        wait_until(lambda: scrape_metrics(port)["burstwatch_cloudwatch_datapoints_published_total"] > 0, 20,
               "CloudWatch publishing without the spool")
         assert not (state / "credits.json").exists()       # the host's view: the fault is the daemon's only
         text = log.read_text()
@@ -108,12 +94,12 @@ flush_interval = 1
         # The directory becomes writable again: saving resumes, and says so once.
         undo = [a.format(d=state) for a in UNDO[fault]]
         subprocess.run(["nsenter", "-t", str(proc.pid), "-m", *undo], check=True, timeout=10)
-        _wait(lambda: "credits.json works again" in log.read_text(), 10, "the recovery line")
+        wait_until(lambda: "credits.json works again" in log.read_text(), 10, "the recovery line")
         saved = json.loads(Path(f"/proc/{proc.pid}/root{state}/credits.json").read_text())
         assert saved["format"] == "burstwatch-credits/1"
-        errors = _metrics(port)['burstwatch_state_write_errors_total{file="credits.json"}']
+        errors = scrape_metrics(port)['burstwatch_state_write_errors_total{file="credits.json"}']
         time.sleep(1.5)
-        assert _metrics(port)['burstwatch_state_write_errors_total{file="credits.json"}'] == errors
+        assert scrape_metrics(port)['burstwatch_state_write_errors_total{file="credits.json"}'] == errors
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     finally:

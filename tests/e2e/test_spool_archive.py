@@ -9,7 +9,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,7 +17,7 @@ import pytest
 from agent.probes.archive import parse_spool_record
 from agent.readers import aws
 from agent.readers.spool import Spool
-from tests.conftest import ROOT, _real_create_connection, require_root_tools
+from tests.conftest import ROOT, _real_create_connection, require_root_tools, wait_until
 from tests.support.credit_lab import parse_metrics
 from tests.support.lab import Lab, run_in_ns
 
@@ -138,13 +137,6 @@ def _records(spool: Path) -> list[Path]:
     return sorted(spool.glob("*.rec")) if spool.exists() else []
 
 
-def _wait(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.2)
-
 
 def test_kill_9_while_s3_is_down_then_every_spooled_document_arrives_once(moto: str, tmp_path: Path) -> None:
     require_root_tools("ip", "tc", "iperf3")
@@ -165,7 +157,7 @@ def test_kill_9_while_s3_is_down_then_every_spooled_document_arrives_once(moto: 
         first = lab.popen(ns, sys.executable, "-m", "agent", "run", "--config", str(cfg), cwd=str(ROOT),
                           stdout=log, stderr=log)
         lab.wait_http(ns, "http://127.0.0.1:9786/metrics")
-        _wait(lambda: len(_records(spool)) >= 2, 60, "two probe documents in the spool")
+        wait_until(lambda: len(_records(spool)) >= 2, 60, "two probe documents in the spool", interval=0.2)
         first.send_signal(signal.SIGKILL)
         first.wait(5)
         records = Spool(spool, "probe-archive", 10**6, 1 << 34).load()
@@ -189,8 +181,8 @@ def test_kill_9_while_s3_is_down_then_every_spooled_document_arrives_once(moto: 
                     m["burstwatch_probe_archive_uploaded_total"] == len(records) + runs
 
             lab.wait_http(ns, "http://127.0.0.1:9786/metrics")
-            _wait(lambda: not _records(spool), 30, "the spool to drain")
-            _wait(lambda: uploaded_once(metrics()), 20, "every document uploaded once")
+            wait_until(lambda: not _records(spool), 30, "the spool to drain", interval=0.2)
+            wait_until(lambda: uploaded_once(metrics()), 20, "every document uploaded once", interval=0.2)
             m = metrics()
             stored = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])}
             assert set(spooled) <= stored

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,8 +17,7 @@ import pytest
 from agent.cloudwatch.publisher import decode_batch
 from agent.readers import aws
 from agent.readers.spool import Spool
-from tests.conftest import ROOT, free_port, wait_port
-from tests.support.credit_lab import parse_metrics
+from tests.conftest import ROOT, free_port, scrape_metrics, wait_port, wait_until
 from tests.support.throttle_proxy import ThrottleProxy
 
 NS = "Burstwatch"
@@ -60,16 +58,6 @@ def _start(cfg: Path, port: int, log: Path) -> subprocess.Popen:
     return proc
 
 
-def _metrics(port: int) -> dict[str, float]:
-    return parse_metrics(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
-
-
-def _wait(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.1)
 
 
 def _spool_files(spool: Path) -> list[str]:
@@ -103,7 +91,7 @@ def test_restart_during_an_outage_loses_no_period_and_sends_none_twice(
     cw = aws.client("cloudwatch", "us-east-1", moto)
     first = _start(cfg, port, log)
     try:
-        _wait(lambda: _metrics(port).get("burstwatch_cloudwatch_datapoints_published_total", 0) > 0, 20,
+        wait_until(lambda: scrape_metrics(port).get("burstwatch_cloudwatch_datapoints_published_total", 0) > 0, 20,
               "publishing before the outage")
         time.sleep(2 * PERIOD)
         # The outage: first every call is answered 503 without reaching moto, then the endpoint goes away
@@ -112,8 +100,8 @@ def test_restart_during_an_outage_loses_no_period_and_sends_none_twice(
         proxy.fail_next(10**9, code="ServiceUnavailable", status=503, message="Service Unavailable")
         time.sleep(1.0)
         proxy.down()
-        _wait(lambda: len(_spool_files(spool)) >= 4, 30, "four flushes waiting in the spool")
-        assert _metrics(port)["burstwatch_cloudwatch_backlog_datapoints"] > 0
+        wait_until(lambda: len(_spool_files(spool)) >= 4, 30, "four flushes waiting in the spool")
+        assert scrape_metrics(port)["burstwatch_cloudwatch_backlog_datapoints"] > 0
         first.send_signal(how)
         assert first.wait(10) == (-9 if how == signal.SIGKILL else 0)
     finally:
@@ -138,8 +126,8 @@ def test_restart_during_an_outage_loses_no_period_and_sends_none_twice(
     proxy.up()
     second = _start(cfg, port, log)
     try:
-        _wait(lambda: not _spool_files(spool), 30, "the spool to drain after the restart")
-        m = _metrics(port)
+        wait_until(lambda: not _spool_files(spool), 30, "the spool to drain after the restart")
+        m = scrape_metrics(port)
         assert m['burstwatch_spool_replayed_records_total{spool="cloudwatch"}'] == len(records)
         assert m['burstwatch_state_write_errors_total{file="spool/cloudwatch"}'] == 0
     finally:
