@@ -6,13 +6,13 @@ VPY := $(VENV)/bin/python
 # Debian 12's own Python libraries: the .deb depends on exactly these, so we develop and test on them.
 APT_RUNTIME := python3-venv python3-pyroute2 python3-prometheus-client python3-boto3 python3-systemd python3-tomli python3-bcrypt
 APT_TEST := python3-psutil nftables iputils-ping iputils-tracepath iperf3 prometheus prometheus-node-exporter iproute2 ethtool lintian rpm debootstrap dpkg-dev fakeroot systemd procps curl debhelper dh-python rpmlint cpio man-db python3-hypothesis openssl
-PIP_TEST := pytest==8.3.4 ruff==0.8.4 mypy==1.13.0 vermin==1.6.0
+PIP_TEST := pytest==8.3.4 ruff==0.8.4 mypy==1.13.0 vermin==1.6.0 duckdb==1.1.3
 MOTO := .venv-moto
 # Amazon Linux 2023 runs Python 3.9: the unit tests also run there, on the library versions the .deb's
 # Debian 12 packages pin (the .rpm bundles the same ones). This machine's image has it under pyenv.
 PY39 ?= $(firstword $(wildcard /root/.pyenv/versions/3.9*/bin/python3.9) $(shell command -v python3.9))
 VENV39 := .venv39
-PIP39 := bcrypt==3.2.2 prometheus_client==0.16.0 psutil==5.9.4 pyroute2==0.7.2 boto3==1.26.27 botocore==1.29.27 tomli==2.0.1 pytest==8.3.4 hypothesis==6.67.1
+PIP39 := bcrypt==3.2.2 prometheus_client==0.16.0 psutil==5.9.4 pyroute2==0.7.2 boto3==1.26.27 botocore==1.29.27 tomli==2.0.1 pytest==8.3.4 hypothesis==6.67.1 duckdb==1.1.3
 
 .PHONY: run test lint unit test39 bench packages clean deps test-deps
 

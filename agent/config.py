@@ -321,10 +321,19 @@ class ProbeConfig:
     peers_per_round: int = _opt(1, "most peers probed per round", lo=1, hi=100)
     duration: float = _opt(5.0, "seconds per probe", lo=1.0, hi=600.0)
     streams: int = _opt(4, "parallel TCP streams per probe", lo=1, hi=128)
+    # A probe at the peak spends burst credits (and its peer's); one paced at the baseline checks that the
+    # network delivers the baseline without spending any. The default keeps the schedule under 2 % of the
+    # hourly refill per direction, prober and responder together (docs/probe-scheduling.md, "What probes cost").
+    rate: str = _opt("baseline", "what a probe may send: baseline (paced at this instance's baseline, split "
+                     "over the streams, never above a discovered peer's: no burst credits spent; uncapped "
+                     "while the baseline is unknown) or peak (as fast as the path allows: spends credits)",
+                     check=lambda v: None if v in ("baseline", "peak") else f"{v!r} is not one of baseline, peak")
     credit_floor: float = _opt(0.5, "skip probes when either bucket is below this fraction", lo=0.0, hi=1.0)
     hourly_budget_bytes: int = _opt(50 * 10**9, "most probe bytes in any sliding hour, own probes in both "
-                                    "directions (0: no probes); the default fits the default schedule on a "
-                                    "10 Gbit/s-peak size: 8 probes x 5 s x 1.25 GB/s", lo=0, hi=2**50)
+                                    "directions (0: no probes), counted at the probe's rate cap; the default "
+                                    "fits the default schedule on sizes of up to 10 Gbit/s baseline, and "
+                                    "rate = peak on a 10 Gbit/s-peak size: 8 probes x 5 s x 1.25 GB/s",
+                                    lo=0, hi=2**50)
     directions: list[str] = _opt(None, "directions probed per peer: out (we send), in (the peer sends, "
                                  "iperf3 -R)", factory=lambda: ["out", "in"], check=check_directions)
     discover_tag: Optional[str] = _opt(None, "EC2 tag KEY or KEY=VALUE: running instances carrying it in this "
@@ -335,6 +344,35 @@ class ProbeConfig:
     discover_endpoint_url: Optional[str] = _opt(None, "EC2 endpoint for discovery (default: AWS)",
                                                 check=check_url, restart=True)
     archive: ProbeArchiveConfig = _opt(None, "", factory=ProbeArchiveConfig, restart=True)
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """Learned bucket sizes shared through S3 (docs/fleet.md). Every key needs a restart."""
+
+    enabled: bool = _opt(False, "publish the buckets this agent learns to S3 and adopt the fleet's consensus")
+    bucket: Optional[str] = _opt(None, "S3 bucket shared by the fleet (required when enabled)")
+    prefix: str = _opt("burstwatch/", "key prefix: objects go to <prefix>learned/type=<type>/<instance-id>-"
+                       "<unix-ts>.json")
+    region: Optional[str] = _opt(None, "the bucket's region (default: the instance's, from IMDS)")
+    endpoint_url: Optional[str] = _opt(None, "S3 endpoint (default: AWS)", check=check_url)
+    # A bucket is a property of the instance type and changes rarely, if ever; every 3 h bounds a fleet of
+    # 100,000 agents to ~0.8 M LIST requests a month each page (docs/fleet.md, "Fleet arithmetic").
+    # Lab value: 2 s.
+    refresh_interval: float = _opt(10800.0, "seconds between reads of the fleet's learned buckets for this "
+                                   "type (also read at start); lab: 2", lo=1.0, hi=7 * 86400.0)
+    min_instances: int = _opt(3, "distinct instances that must agree (after outliers are dropped) before "
+                              "the fleet's median is adopted", lo=1, hi=1000)
+    max_objects: int = _opt(1000, "most object keys listed per read (one LIST page): a random sample of the "
+                            "type's partition when it holds more", lo=1, hi=100000)
+    max_age_days: float = _opt(90.0, "objects older than this are left out of the consensus", lo=0.001,
+                               hi=3650.0)
+    # One exhaustion a day per direction is typical for a busy node; at most one object per this interval
+    # (the latest value wins) keeps the PUTs per instance bounded. Lab value: 0.
+    publish_interval: float = _opt(86400.0, "least seconds between two published objects (the latest learned "
+                                   "value waits); lab: 0", lo=0.0, hi=30 * 86400.0)
+    spool_max_objects: int = _opt(100, "learned objects kept in state_dir/spool/fleet while S3 is unreachable",
+                                  lo=1, hi=100000)
 
 
 @dataclass(frozen=True)
@@ -354,6 +392,7 @@ class Config:
     cloudwatch: CloudWatchConfig = _opt(None, "", factory=CloudWatchConfig, restart=True)
     responder: ResponderConfig = _opt(None, "", factory=ResponderConfig)
     probe: ProbeConfig = _opt(None, "", factory=ProbeConfig)
+    fleet: FleetConfig = _opt(None, "", factory=FleetConfig, restart=True)
 
     @property
     def effective_rate_window(self) -> float:
@@ -463,6 +502,8 @@ def _cross_check(cfg: Config, where: str) -> None:
         raise ConfigError(f"{where}: {problem}")
     if cfg.probe.archive.enabled and not cfg.probe.archive.bucket:
         raise ConfigError(f"{where}: key 'probe.archive.bucket' is required when probe.archive.enabled = true")
+    if cfg.fleet.enabled and not cfg.fleet.bucket:
+        raise ConfigError(f"{where}: key 'fleet.bucket' is required when fleet.enabled = true")
     bw = cfg.instance.bandwidth
     if bw.baseline_gbps is not None and bw.peak_gbps is not None and bw.peak_gbps < bw.baseline_gbps:
         raise ConfigError(f"{where}: key 'instance.bandwidth.peak_gbps' = {bw.peak_gbps!r} is below "

@@ -205,8 +205,8 @@ def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
                         api_entry, eni_ifs, client.stats if client else None, elapsed)
 
 
-def profile_for(cfg: configmod.Config, info: InstanceInfo,
-                learned_bucket_bytes: Optional[float] = None) -> BandwidthProfile:
+def profile_for(cfg: configmod.Config, info: InstanceInfo, learned_bucket_bytes: Optional[float] = None,
+                fleet_bucket_bytes: Optional[float] = None) -> BandwidthProfile:
     """The profile under a (reloaded) config, from what discovery already knows: no IMDS or API call.
 
     The API's entry is reused while the type stays the same; a type changed in [instance] is looked up
@@ -218,7 +218,7 @@ def profile_for(cfg: configmod.Config, info: InstanceInfo,
     except (OSError, ValueError) as exc:
         log.error("bundled instance-type catalogue unusable: %s", exc)
         cat = None
-    profile = resolve_profile(itype, cfg.instance.bandwidth, api, cat, learned_bucket_bytes)
+    profile = resolve_profile(itype, cfg.instance.bandwidth, api, cat, learned_bucket_bytes, fleet_bucket_bytes)
     for note in profile.notes:
         log.warning("profile: %s", note)
     return profile

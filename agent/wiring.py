@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
@@ -82,6 +83,8 @@ class Agent:
     responder: Optional[Any] = None
     probes: Optional[Any] = None
     cloudwatch: Optional[Any] = None
+    fleet: Optional[Any] = None
+    fleet_bucket_bytes: Optional[float] = None      # the fleet's consensus for this type (docs/fleet.md)
     services: list[Service] = field(default_factory=list)
     views: list[Any] = field(default_factory=list)
     shutdown_hooks: list[Callable[[], None]] = field(default_factory=list)
@@ -113,6 +116,15 @@ class Agent:
 
     def probe_results(self) -> list[Any]:
         return list(self.probes.snapshot().results.values()) if self.probes is not None else []
+
+    def refresh_profile(self) -> None:
+        """The profile again from what is known (a reloaded [instance], a new fleet consensus): no IMDS or
+        API call; the credit model keeps its deficit."""
+        if self.instance is None or self.credits is None:
+            return
+        self.profile = profile_for(self.cfg, self.instance, fleet_bucket_bytes=self.fleet_bucket_bytes)
+        self.instance = dataclasses.replace(self.instance, profile=self.profile)
+        self.credits.set_profile(self.profile)
 
     # -- reload ----------------------------------------------------------------------------------
     def apply(self, new: configmod.Config) -> None:
@@ -171,6 +183,8 @@ def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
         a.views.append(CloudWatchView(a.cloudwatch.stats))
         # Added last so it is stopped first and gets most of the shutdown budget to flush.
         a.services.append(a.cloudwatch)
+    if cfg.fleet.enabled:
+        _fleet(a)
     a.views.append(StateView(WRITE_ERRORS.snapshot, lambda: _spool_stats(a)))
     a.sections = _reload_handlers(a)
     return a
@@ -192,7 +206,8 @@ def _watch_enis(a: Agent) -> Optional[EniWatcher]:
 
 
 def _spool_stats(a: Agent) -> list[SpoolStats]:
-    spools = [getattr(a.cloudwatch, "spool", None), getattr(getattr(a.probes, "archive", None), "spool", None)]
+    spools = [getattr(a.cloudwatch, "spool", None), getattr(getattr(a.probes, "archive", None), "spool", None),
+              getattr(a.fleet, "spool", None)]
     return [s.stats() for s in spools if s is not None]
 
 
@@ -214,9 +229,7 @@ def _reload_handlers(a: Agent) -> dict[str, Callable[[Any], None]]:
     def instance(_section: configmod.InstanceConfig) -> None:
         if a.instance is None or a.credits is None:
             return
-        a.profile = profile_for(a.cfg, a.instance)
-        a.instance = dataclasses.replace(a.instance, profile=a.profile)
-        a.credits.set_profile(a.profile)
+        a.refresh_profile()
 
     handlers: dict[str, Callable[[Any], None]] = {
         "interfaces": interfaces, "log_level": log_level, "rate_window": rate_window,
@@ -301,3 +314,51 @@ def _cloudwatch(a: Agent) -> Any:
             iid, imds_get, lambda: aws.client("ec2", region, ec2_url))) if iid else None,
         checks=(lambda: checks.state.verdicts) if checks is not None else None,
         probes=a.probe_results, spool_dir=Path(a.cfg.state_dir) / "spool" / "cloudwatch")
+
+
+def _fleet(a: Agent) -> None:
+    """Learned buckets shared through S3 (docs/fleet.md): what this agent learns is queued for upload, and
+    the fleet's consensus for the type becomes the bucket prior when neither config nor own learning has one."""
+    from agent import __version__
+    from agent.exporters.fleet import FleetView
+    from agent.fleet.service import FleetService
+    from agent.models.fleet import Consensus, learned_record
+
+    ident = a.instance.identity if a.instance is not None else None
+    if a.profile.instance_type is None:
+        log.warning("[fleet] enabled but the instance type is unknown (no IMDS, no [instance] type): "
+                    "nothing to share or adopt")
+        return
+
+    def adopt(consensus: Optional[Consensus]) -> None:
+        bucket = consensus.bucket_bytes if consensus is not None else None
+        if bucket == a.fleet_bucket_bytes:
+            return
+        a.fleet_bucket_bytes = bucket
+        if consensus is not None:
+            log.info("fleet consensus for %s: %.1f Gbit from %d instances", a.profile.instance_type,
+                     consensus.bucket_bytes * 8 / 1e9, consensus.instances)
+        a.refresh_profile()
+
+    fleet = FleetService(a.cfg.fleet, instance_type=a.profile.instance_type,
+                         instance_id=ident.instance_id if ident else None,
+                         region=a.cfg.fleet.region or (ident.region if ident else None),
+                         state_dir=a.cfg.state_dir, on_consensus=adopt)
+
+    def learned(directions: dict[str, dict[str, Any]]) -> None:
+        p, snap = a.profile, a.latest()
+        drivers = [e.driver for e in (snap.ethtool or {}).values() if e.driver is not None] if snap else []
+        fleet.publish([learned_record(
+            instance_type=p.instance_type, instance_id=ident.instance_id if ident else None,
+            region=ident.region if ident else None, availability_zone=ident.availability_zone if ident else None,
+            direction=d, bucket_bytes=v["bucket"], method=v["learn_method"], learned_count=v["learned_count"],
+            baseline_bytes_per_second=p.baseline_bytes_per_second, baseline_source=p.baseline_source,
+            peak_bytes_per_second=p.peak_bytes_per_second, peak_source=p.peak_source,
+            driver=drivers[0].driver if drivers else None, driver_version=drivers[0].version if drivers else None,
+            learned_at=time.time(), agent_version=__version__) for d, v in sorted(directions.items())])
+
+    assert a.credits is not None
+    a.credits.on_learned = learned
+    a.fleet = fleet
+    a.services.append(fleet)
+    a.views.append(FleetView(fleet.stats))

@@ -53,7 +53,8 @@ fi
 log "burstwatch $UPSTREAM (package version $VERSION)"
 
 # Shipped under /usr/share/burstwatch; a missing one fails the build.
-SHARE_FILES=(packaging/prometheus/burstwatch.rules.yml packaging/grafana/burstwatch-dashboard.json)
+SHARE_FILES=(packaging/prometheus/burstwatch.rules.yml packaging/grafana/burstwatch-dashboard.json
+             packaging/grafana/burstwatch-fleet-dashboard.json)
 
 # stage DEST KIND: the installed file layout (all packages), under DEST/stage; KIND is deb, rpm or
 # deb-ubuntu22.04.

@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("agent.readers",),                                                  # OS, IMDS, AWS: read and parse
     ("agent.models",),                                                   # pure: figures in, figures out
     ("agent.sampling", "agent.discovery", "agent.iperf3"),               # sampling steps, discovery, protocol
-    ("agent.credits", "agent.checks", "agent.probes", "agent.responder", "agent.cloudwatch"),  # services
+    ("agent.credits", "agent.checks", "agent.probes", "agent.responder", "agent.cloudwatch", "agent.fleet"),  # services
     ("agent.exporters",),                                                # Prometheus views, status rendering
     ("agent.wiring", "agent.daemon", "agent.commands", "agent.cli", "agent.__main__"),         # entry points
 ]

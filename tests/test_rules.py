@@ -40,14 +40,16 @@ def test_rules_reference_only_documented_metrics() -> None:
     assert not missing, f"rules use metrics that docs/metrics.md does not describe: {missing}"
 
 
-def test_dashboard_is_generated_and_uses_documented_metrics() -> None:
+@pytest.mark.parametrize("name, builder", [("burstwatch-dashboard.json", "build"),
+                                           ("burstwatch-fleet-dashboard.json", "build_fleet")])
+def test_dashboard_is_generated_and_uses_documented_metrics(name: str, builder: str) -> None:
     import json
     import sys
 
     root = Path(__file__).resolve().parent.parent
-    path = root / "packaging" / "grafana" / "burstwatch-dashboard.json"
+    path = root / "packaging" / "grafana" / name
     out = subprocess.run([sys.executable, "-c", "import sys;sys.path.insert(0,'scripts');"
-                          "import gen_dashboard,json;print(json.dumps(gen_dashboard.build(),indent=1))"],
+                          f"import gen_dashboard,json;print(json.dumps(gen_dashboard.{builder}(),indent=1))"],
                          cwd=root, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == json.loads(path.read_text()), "run scripts/gen_dashboard.py"
     exprs = [t["expr"] for p in json.loads(path.read_text())["panels"] for t in p["targets"]]

@@ -22,6 +22,7 @@ CHECKS = {
     "mtu": "agent.checks.mtu",
     "path_mtu": "agent.checks.path_mtu",
     "imds": "agent.checks.imds",
+    "fleet_access": "agent.checks.fleet",
 }
 
 

@@ -31,6 +31,8 @@ class InstanceFacts:
     ena_srd_supported: Optional[bool] = None   # ENA Express
     on_ec2: Optional[bool] = None              # IMDS answered
     source: str = "none"                       # where the type facts came from: api | catalogue | none
+    instance_id: Optional[str] = None          # IMDS identity (names the fleet access check's object)
+    region: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,8 @@ def facts_from_instance(info: Any) -> InstanceFacts:
         ena_srd_supported=getattr(entry, "ena_srd_supported", None),
         on_ec2=getattr(info, "on_ec2", None),
         source=(getattr(info, "sources", {}) or {}).get("type_entry", "none"),
+        instance_id=getattr(getattr(info, "identity", None), "instance_id", None),
+        region=getattr(getattr(info, "identity", None), "region", None),
     )
 
 

@@ -38,6 +38,9 @@ class CreditTracker:
         self.estimator = self._new_estimator(profile)
         self.latest: Optional[dict[str, CreditReading]] = None
         self._saved: Optional[dict[str, Any]] = None    # the estimator's state at the last save
+        # Called with the directions just learned ({direction: learned_buckets() entry}) on the sampling
+        # thread: the fleet publisher only queues (docs/fleet.md).
+        self.on_learned: Optional[Callable[[dict[str, dict[str, Any]]], None]] = None
 
     # -- profile and learned sizes --------------------------------------------------------------
     def _learnable(self, profile: BandwidthProfile) -> bool:
@@ -93,15 +96,22 @@ class CreditTracker:
         rates = tracker.instance_rates() or {"in": 0.0, "out": 0.0}
         # No shaping source, or its first reading: the model sees "unknown" (None), not "not shaped".
         increase = shaping.increase if shaping is not None and shaping.increase else None
-        learned_before = sum(b.learned_count for b in self.estimator.buckets.values())
+        learned_before = {d: b.learned_count for d, b in self.estimator.buckets.items()}
         readings = self.estimator.update(dt, nbytes, rates, increase)
         self._last_raw = {n: (tracker.ifindex(n), c.rx_bytes, c.tx_bytes) for n, c in raw.items()}
-        learned_after = sum(b.learned_count for b in self.estimator.buckets.values())
-        if learned_after != learned_before:
-            for d, b in self.estimator.buckets.items():
+        fresh = [d for d, b in self.estimator.buckets.items() if b.learned_count != learned_before.get(d, 0)]
+        if fresh:
+            for d in fresh:
+                b = self.estimator.buckets[d]
                 log.info("direction=%s bucket learned: %.0f bytes (%.1f Gbit) by %s, %d time(s)", d,
                          b.bucket, b.bucket * 8 / 1e9, b.learn_method, b.learned_count)
             self.save_learned()
+            if self.on_learned is not None:
+                learned = self.estimator.learned_buckets()
+                try:
+                    self.on_learned({d: learned[d] for d in fresh if d in learned})
+                except Exception:  # a publisher's fault must never stop the sampling
+                    log.exception("publishing the learned bucket failed")
         # Saved on movement (1 % of the bucket since the last save: what a crash can cost), at most once per
         # sample, and every save_interval while the estimate stays still (docs/credits.md, "Persistence").
         if self._saved is None or self.estimator.movement(self._saved) >= SAVE_MOVEMENT_FRACTION \

@@ -66,7 +66,20 @@ def build_status(samples: list[Sample]) -> dict[str, Any]:
                       "bytes_per_second": s.value}
                      for s in _find(samples, "burstwatch_probe_throughput_bytes_per_second")]
     doc["responder"] = _responder(samples)
+    doc["fleet"] = _fleet(samples)
     return doc
+
+
+def _fleet(samples: list[Sample]) -> Optional[dict[str, Any]]:
+    """The fleet's consensus bucket for this type and how many instances stand behind it (None when
+    [fleet] is off; docs/fleet.md)."""
+    instances = _val(samples, "burstwatch_fleet_consensus_instances")
+    if instances is None:
+        return None
+    return {"consensus_instances": int(instances),
+            "consensus_bucket_bytes": _val(samples, "burstwatch_fleet_consensus_bucket_bytes"),
+            "published_total": _val(samples, "burstwatch_fleet_published_total"),
+            "backlog_objects": _val(samples, "burstwatch_fleet_backlog_objects")}
 
 
 def _responder(samples: list[Sample]) -> Optional[dict[str, Any]]:
@@ -192,6 +205,13 @@ def render_text(doc: dict[str, Any]) -> str:
                 lines.append(f"    {c['status']:<4} {c['check']} {c['interface'] or ''}")
     for p in doc["probes"]:
         lines.append(f"  probe {p['peer']} {p['direction']}: {_gbit(p['bytes_per_second'])}")
+    f = doc.get("fleet")
+    if f:
+        bucket = f["consensus_bucket_bytes"]
+        agree = (f"{bucket * 8 / 1e9:.4g} Gbit from {f['consensus_instances']} instances"
+                 if f["consensus_instances"] and bucket is not None else "no consensus yet")
+        lines.append(f"  fleet: {agree}; published {int(f['published_total'] or 0)}, "
+                     f"waiting {int(f['backlog_objects'] or 0)}")
     r = doc.get("responder")
     if r:
         served = r["served_last_hour_bytes"]

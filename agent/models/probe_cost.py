@@ -7,7 +7,24 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+
+from agent.models.units import BITS_PER_BYTE, DIRECTIONS
+
+if TYPE_CHECKING:  # models stay import-light; these are only types here
+    from agent.config import ProbeConfig
+    from agent.models.catalogue import TypeEntry
+
+# [probe] rate: "baseline" paces each probe at the instance's baseline (it checks the network delivers the
+# baseline and spends no burst credit: the bucket refills at the baseline, docs/ec2-network-facts.md "Burst
+# credits"); "peak" lets it run as fast as the path allows.
+PROBE_RATES = ("baseline", "peak")
+HOUR = 3600.0
+# The cost line of issue #14: probes, own and served together, take at most this share of a direction's
+# hourly refill (baseline x 1 h) on the catalogue's median burstable type.
+COST_LINE = 0.02
+_OTHER = {"in": "out", "out": "in"}
 
 
 def expected_test_bytes(duration: float, peak_bytes_per_second: Optional[float], *,
@@ -66,3 +83,101 @@ def credit_state(raw: Optional[Mapping[str, Any]]) -> dict[str, tuple[float, flo
         if old is None or pair[0] / pair[1] < old[0] / old[1]:
             out[direction] = pair
     return out
+
+
+def rate_cap(rate: str, baseline_bytes_per_second: Optional[float]) -> Optional[float]:
+    """The rate a probe is paced at, bytes/s: the baseline with rate "baseline" when it is known; None
+    (uncapped: the path and the shaper decide) with rate "peak" or an unknown baseline."""
+    if rate == "baseline" and baseline_bytes_per_second is not None and baseline_bytes_per_second > 0:
+        return float(baseline_bytes_per_second)
+    return None
+
+
+def stream_bitrate(cap_bytes_per_second: float, streams: int) -> int:
+    """iperf3's -b for a total cap: bits per second *per stream* (the client's and the server's pacing
+    are per stream), rounded down so the streams together stay under the cap; at least 1 (-b 0 means
+    unlimited)."""
+    return max(1, int(cap_bytes_per_second * BITS_PER_BYTE / max(1, streams)))
+
+
+@dataclass(frozen=True)
+class DirectionCost:
+    """What the schedule costs one direction's bucket in an hour, in a homogeneous fleet where every agent
+    probes on the same schedule and, on average, serves as many probes as it runs (each probe has one
+    prober and one peer). An outbound probe (iperf3 forward) drains the prober's out and the peer's in
+    bucket; an inbound one (-R) the prober's in and the peer's out bucket."""
+
+    direction: str
+    own_probes: float                   # probes this agent runs per hour that drain this direction
+    served_probes: float                # probes it serves per hour that drain this direction
+    probe_rate: Optional[float]         # bytes/s a probe runs at (cap or peak); None when unknown
+    probe_seconds: float
+    refill_bytes: Optional[float]       # baseline x 1 h: what the bucket gets back in an hour
+    credit_per_probe: Optional[float]   # credit a probe spends above the baseline refill (idle otherwise)
+
+    @property
+    def probes(self) -> float:
+        return self.own_probes + self.served_probes
+
+    @property
+    def bytes_per_probe(self) -> Optional[float]:
+        return self.probe_rate * self.probe_seconds if self.probe_rate is not None else None
+
+    @property
+    def bytes_per_hour(self) -> Optional[float]:
+        b = self.bytes_per_probe
+        return b * self.probes if b is not None else None
+
+    @property
+    def fraction(self) -> Optional[float]:
+        """bytes_per_hour / refill_bytes: the share of the hourly baseline the probes take, own and served
+        together (None when the baseline or the probe's rate is unknown)."""
+        b = self.bytes_per_hour
+        if b is None or not self.refill_bytes:
+            return None
+        return b / self.refill_bytes
+
+
+def hourly_cost(cfg: ProbeConfig, baseline_bytes_per_second: Optional[float],
+                peak_bytes_per_second: Optional[float]) -> dict[str, DirectionCost]:
+    """Direction -> DirectionCost of a [probe] section on a size with this baseline and peak (bytes/s),
+    prober and responder together. Rounds per hour are 3600 / interval (the jitter averages out), each
+    visiting `peers_per_round` peers in every configured direction. A probe runs at its rate cap
+    (rate_cap) or, uncapped, at the peak: the shaper's most with credit."""
+    rounds = HOUR / cfg.interval
+    cap = rate_cap(cfg.rate, baseline_bytes_per_second)
+    peak = peak_bytes_per_second if peak_bytes_per_second else None
+    candidates = [r for r in (cap, peak) if r is not None]
+    probe_rate = min(candidates) if candidates else None
+    refill = baseline_bytes_per_second * HOUR if baseline_bytes_per_second else None
+    credit = None
+    if probe_rate is not None and baseline_bytes_per_second is not None:
+        credit = max(0.0, probe_rate - baseline_bytes_per_second) * cfg.duration
+    out = {}
+    for d in DIRECTIONS:
+        own = rounds * cfg.peers_per_round if d in cfg.directions else 0.0
+        served = rounds * cfg.peers_per_round if _OTHER[d] in cfg.directions else 0.0
+        out[d] = DirectionCost(d, own, served, probe_rate, cfg.duration, refill, credit)
+    return out
+
+
+def worst_fraction(costs: Mapping[str, DirectionCost]) -> Optional[float]:
+    """The largest direction's share of its hourly refill (None when unknown)."""
+    fractions = [c.fraction for c in costs.values() if c.fraction is not None]
+    return max(fractions) if fractions else None
+
+
+def burstable(entries: Iterable[TypeEntry]) -> list[TypeEntry]:
+    """Types with a burst bucket (peak > baseline on the primary card), by baseline, then peak, then name."""
+    out = [e for e in entries if e.baseline_gbps is not None and e.peak_gbps is not None
+           and e.peak_gbps > e.baseline_gbps]
+    return sorted(out, key=lambda e: (e.baseline_gbps, e.peak_gbps, e.instance_type))
+
+
+def median_burstable(entries: Iterable[TypeEntry]) -> TypeEntry:
+    """The catalogue's median burstable type by baseline (the lower middle one of an even count): the size
+    the cost line is drawn on. ValueError when there is none."""
+    ordered = burstable(entries)
+    if not ordered:
+        raise ValueError("no burstable type in the catalogue")
+    return ordered[(len(ordered) - 1) // 2]

@@ -10,7 +10,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from agent.models.probe_cost import below_floor, credit_state, crosses_floor, expected_test_bytes, over_budget
+from agent.models.probe_cost import (
+    PROBE_RATES,
+    below_floor,
+    credit_state,
+    crosses_floor,
+    expected_test_bytes,
+    over_budget,
+    rate_cap,
+    stream_bitrate,
+)
 from agent.models.units import DIRECTIONS
 
 if TYPE_CHECKING:
@@ -86,8 +95,9 @@ class ProbePlan:
     direction: str
     duration: float
     streams: int
-    expected_bytes: Optional[float]   # duration x peak rate; None when the peak is unknown
+    expected_bytes: Optional[float]   # duration x the rate cap or the peak; None when neither is known
     round: int
+    bitrate: Optional[int] = None     # iperf3 -b, bits/s per stream (rate = "baseline"); None: uncapped
 
 
 # credits(): direction -> (remaining_bytes, bucket_bytes) or an object with .remaining_bytes and
@@ -98,6 +108,11 @@ CreditSource = Callable[[], Optional[Mapping[str, Any]]]
 def _check_directions(directions: Sequence[str]) -> None:
     if not directions or any(d not in DIRECTIONS for d in directions):
         raise ValueError(f"directions must be drawn from {DIRECTIONS}")
+
+
+def _check_rate(rate: str) -> None:
+    if rate not in PROBE_RATES:
+        raise ValueError(f"rate must be one of {PROBE_RATES}")
 
 
 @dataclass
@@ -118,19 +133,25 @@ class Scheduler:
     bytes of the last hour plus its expected bytes would exceed `hourly_budget_bytes`, when `busy()`
     says something else is using the link (e.g. the responder serving a test), or when its peer is
     backing off after failures. Skipped peers keep their place at the front for the next round. Probes
-    start at least `gap` seconds apart."""
+    start at least `gap` seconds apart.
+
+    With `rate` "baseline" each probe is paced at `baseline_bytes_per_second()` split over its streams
+    (ProbePlan.bitrate), and its expected bytes are duration x that cap; while the baseline is unknown
+    it runs uncapped, and the log says so once."""
 
     def __init__(self, *, interval: float, peers_per_round: int, duration: float, streams: int,
                  credit_floor: float, hourly_budget_bytes: float,
                  credits: CreditSource = lambda: None,
                  peak_bytes_per_second: Callable[[], Optional[float]] = lambda: None,
+                 baseline_bytes_per_second: Callable[[], Optional[float]] = lambda: None,
                  busy: Callable[[], bool] = lambda: False,
                  clock: Callable[[], float] = time.monotonic, rng: Optional[random.Random] = None,
                  directions: Sequence[str] = PROBE_ORDER, jitter: float = DEFAULT_JITTER,
-                 gap: float = DEFAULT_GAP) -> None:
+                 gap: float = DEFAULT_GAP, rate: str = "baseline") -> None:
         if interval <= 0 or peers_per_round < 1 or duration <= 0 or not 0 <= jitter < 1:
             raise ValueError("interval and duration must be positive, peers_per_round >= 1, 0 <= jitter < 1")
         _check_directions(directions)
+        _check_rate(rate)
         self.interval = interval
         self.peers_per_round = peers_per_round
         self.duration = duration
@@ -138,10 +159,13 @@ class Scheduler:
         self.credit_floor = credit_floor
         self.hourly_budget_bytes = hourly_budget_bytes
         self.directions = tuple(directions)
+        self.rate = rate
         self.jitter = jitter
         self.gap = gap
         self._credits = credits
         self._peak = peak_bytes_per_second
+        self._baseline = baseline_bytes_per_second
+        self._said_uncapped = False       # "baseline unknown, probing uncapped" is logged once, not per probe
         self._busy = busy
         self.clock = clock
         self.rng = rng or random.Random()
@@ -159,22 +183,24 @@ class Scheduler:
 
     @classmethod
     def from_config(cls, cfg: ProbeConfig, **kw: Any) -> Scheduler:
-        """The schedule of a [probe] section; `kw` are the rest of __init__'s arguments (the credit, peak
-        and busy callables; clock, rng, jitter and gap for tests)."""
+        """The schedule of a [probe] section; `kw` are the rest of __init__'s arguments (the credit, peak,
+        baseline and busy callables; clock, rng, jitter and gap for tests)."""
         return cls(interval=cfg.interval, peers_per_round=cfg.peers_per_round, duration=cfg.duration,
                    streams=cfg.streams, credit_floor=cfg.credit_floor,
-                   hourly_budget_bytes=cfg.hourly_budget_bytes, directions=cfg.directions, **kw)
+                   hourly_budget_bytes=cfg.hourly_budget_bytes, directions=cfg.directions, rate=cfg.rate, **kw)
 
     def reconfigure(self, cfg: ProbeConfig) -> None:
         """Take a reloaded [probe] section's schedule. Peer history, the budget window and the counters carry
         over; a shorter interval takes effect at once (the next round moves to a random point of the new
         interval when that is sooner). ValueError, with nothing changed, when the directions are bad."""
         _check_directions(cfg.directions)
+        _check_rate(cfg.rate)
         if cfg.interval != self.interval:
             self.next_round = min(self.next_round, self.clock() + self.rng.uniform(0.0, cfg.interval))
         self.interval, self.peers_per_round, self.duration = cfg.interval, cfg.peers_per_round, cfg.duration
         self.streams, self.credit_floor = cfg.streams, cfg.credit_floor
         self.hourly_budget_bytes, self.directions = cfg.hourly_budget_bytes, tuple(cfg.directions)
+        self.rate = cfg.rate
 
     # -- peers -------------------------------------------------------------------------------------------
     def set_peers(self, peers: Iterable[Peer]) -> None:
@@ -201,11 +227,28 @@ class Scheduler:
         return self._in_flight
 
     # -- figures -----------------------------------------------------------------------------------------
-    def expected_bytes(self, direction: str) -> Optional[float]:
+    def bitrate(self) -> Optional[int]:
+        """iperf3's -b for the next probe (bits/s per stream): the baseline split over the streams with
+        rate "baseline"; None (uncapped) with rate "peak" or while the baseline is unknown."""
+        cap = rate_cap(self.rate, self._baseline())
+        if cap is None:
+            if self.rate == "baseline" and not self._said_uncapped:
+                log.info("probe rate = baseline, but this instance's baseline is unknown: probes run "
+                         "uncapped (at the peak, spending burst credits) until it is known")
+                self._said_uncapped = True
+            return None
+        self._said_uncapped = False
+        return stream_bitrate(cap, self.streams)
+
+    def expected_bytes(self, direction: str, bitrate: Optional[int] = None) -> Optional[float]:
         """What one probe is expected to move: duration x the profile's peak (what the shaper allows with
-        credits; refill at the baseline is ignored, so the estimate errs on the safe side). Without a
-        peak, the largest probe seen so far in that direction; None before any."""
-        expected = expected_test_bytes(self.duration, self._peak())
+        credits; refill at the baseline is ignored, so the estimate errs on the safe side), or x its rate
+        cap (`bitrate` per stream, default: the next probe's) when that is lower. Without either, the
+        largest probe seen so far in that direction; None before any."""
+        if bitrate is None:
+            bitrate = self.bitrate()
+        expected = expected_test_bytes(self.duration, self._peak(), bitrate_bits_per_second=bitrate or 0,
+                                       streams=self.streams)
         if expected is not None:
             return expected
         largest = self._largest.get(direction, 0.0)
@@ -252,14 +295,16 @@ class Scheduler:
                 if not self._queue:
                     return None
             key, direction = self._queue.popleft()
-            reason = self._gate(direction)
+            bitrate = self.bitrate()
+            expected = self.expected_bytes(direction, bitrate)
+            reason = self._gate(direction, expected)
             if reason is not None:
                 log.debug("peer=%s direction=%s probe skipped: %s", key, direction, reason)
                 self._skip(reason)
                 continue
             self._state[key].last_attempt = now
-            plan = ProbePlan(self._peers[key], direction, self.duration, self.streams,
-                             self.expected_bytes(direction), self.rounds)
+            plan = ProbePlan(self._peers[key], direction, self.duration, self.streams, expected, self.rounds,
+                             bitrate)
             self._in_flight = plan
             return plan
 
@@ -320,12 +365,11 @@ class Scheduler:
                 chosen.append(key)
         self._queue.extend((key, d) for key in chosen for d in self.directions)
 
-    def _gate(self, direction: str) -> Optional[str]:
+    def _gate(self, direction: str, expected: Optional[float]) -> Optional[str]:
         credits = self.credits_now()
         for remaining, bucket in credits.values():
             if below_floor(remaining, bucket, self.credit_floor):
                 return "credit_floor"
-        expected = self.expected_bytes(direction)
         if expected is not None and direction in credits:
             remaining, bucket = credits[direction]
             if crosses_floor(remaining, bucket, expected, self.credit_floor):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from agent.config import ProbeConfig
 from agent.iperf3.client import ProbeError, ProbeRequest, run_probe
 from agent.iperf3.report import summarize
+from agent.models.probe_cost import stream_bitrate
 from agent.models.profile import GBIT, BandwidthProfile
 from agent.probes.archive import ArchiveStats, S3Archive
 from agent.probes.scheduler import DEFAULT_PORT, CreditSource, Peer, ProbePlan, Scheduler, parse_peer
@@ -118,17 +119,35 @@ def result_from_document(plan: ProbePlan, doc: dict[str, Any], started: float, s
         rtt_seconds=s.rtt_mean_seconds, expected_bytes_per_second=expected)
 
 
-def catalogue_peak(instance_type: str) -> Optional[float]:
-    """A size's peak in bytes/s from the bundled catalogue (None when the type is unknown)."""
+def _catalogue_figure(instance_type: str, attr: str) -> Optional[float]:
     from agent.models.catalogue import load_catalogue
 
     try:
         entry = load_catalogue().get(instance_type)
     except (OSError, ValueError):
         return None
-    if entry is None or entry.peak_gbps is None:
-        return None
-    return entry.peak_gbps * GBIT
+    value = getattr(entry, attr) if entry is not None else None
+    return value * GBIT if value is not None else None
+
+
+def catalogue_peak(instance_type: str) -> Optional[float]:
+    """A size's peak in bytes/s from the bundled catalogue (None when the type is unknown)."""
+    return _catalogue_figure(instance_type, "peak_gbps")
+
+
+def catalogue_baseline(instance_type: str) -> Optional[float]:
+    """A size's baseline in bytes/s from the bundled catalogue (None when the type is unknown)."""
+    return _catalogue_figure(instance_type, "baseline_gbps")
+
+
+def capped_bitrate(bitrate: Optional[int], streams: int, peer_baseline: Optional[float]) -> Optional[int]:
+    """The plan's per-stream cap, lowered to the peer's baseline when that is smaller: a baseline-capped
+    probe that runs above the peer's baseline would spend the peer's credits instead of ours (a forward
+    probe its inbound bucket, a reverse one its outbound). Only a capped probe is lowered: rate = "peak"
+    means the operator wants the path's most."""
+    if bitrate is None or not peer_baseline:
+        return bitrate
+    return min(bitrate, stream_bitrate(peer_baseline, streams))
 
 
 class ProbeService:
@@ -147,6 +166,7 @@ class ProbeService:
                  runner: Runner = run_probe, connect_timeout: float = 5.0,
                  profile: Callable[[], Optional[BandwidthProfile]] = lambda: None,
                  peer_peak: Callable[[str], Optional[float]] = catalogue_peak,
+                 peer_baseline: Callable[[str], Optional[float]] = catalogue_baseline,
                  archive: Optional[S3Archive] = None,
                  wall: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
@@ -159,6 +179,7 @@ class ProbeService:
         self._runner = runner
         self._profile = profile
         self._peer_peak = peer_peak
+        self._peer_baseline = peer_baseline
         self.wall = wall
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -257,10 +278,17 @@ class ProbeService:
     def execute(self, plan: ProbePlan) -> ProbeResult:
         """Run one planned probe and record it (the scheduler has marked it in flight)."""
         credits = self.scheduler.credits_now()
-        peer_peak = self._peer_peak(plan.peer.instance_type) if plan.peer.instance_type else None
+        peer_type = plan.peer.instance_type
+        peer_peak = self._peer_peak(peer_type) if peer_type else None
+        bitrate = capped_bitrate(plan.bitrate, plan.streams, self._peer_baseline(peer_type) if peer_type else None)
         expected = pair_allowance(plan.direction, credits, self._profile(), peer_peak)
+        if bitrate is not None:
+            # A capped probe should get its cap (when the pair allows that much): the ratio then says
+            # whether the network delivers the baseline.
+            cap = bitrate * plan.streams / 8.0
+            expected = min(expected, cap) if expected else cap
         req = ProbeRequest(host=plan.peer.host, port=plan.peer.port, streams=plan.streams,
-                           duration=plan.duration, reverse=plan.direction == "in",
+                           duration=plan.duration, reverse=plan.direction == "in", bitrate=bitrate,
                            connect_timeout=self.connect_timeout)
         started = self.wall()
         t0 = time.monotonic()
@@ -284,9 +312,10 @@ class ProbeService:
             result = ProbeResult(plan.peer.key, plan.direction, False, started, seconds, error=kind,
                                  expected_bytes_per_second=expected)
         if result.success:
-            log.info("peer=%s direction=%s %.1f Mbit/s (%.0f%% of the pair's %s), retransmits=%s, rtt=%s",
+            log.info("peer=%s direction=%s %.1f Mbit/s (%.0f%% of the pair's %s%s), retransmits=%s, rtt=%s",
                      plan.peer.key, plan.direction, (result.throughput_bytes_per_second or 0) * 8 / 1e6,
-                     100 * (result.throughput_ratio or 0), _mbit(expected), result.retransmits,
+                     100 * (result.throughput_ratio or 0), _mbit(expected),
+                     " cap" if bitrate is not None else "", result.retransmits,
                      f"{result.rtt_seconds * 1000:.2f}ms" if result.rtt_seconds is not None else "-")
         with self._lock:
             self.scheduler.finish(plan, result.success, result.bytes, peer_fault=kind != "busy")
@@ -353,7 +382,12 @@ def build_probe_service(cfg: ProbeConfig, *, responder_port: int, credits: Credi
         p = profile()
         return p.peak_bytes_per_second if p is not None else None
 
-    sched = Scheduler.from_config(cfg, credits=credits, peak_bytes_per_second=peak, busy=busy)
+    def baseline() -> Optional[float]:
+        p = profile()
+        return p.baseline_bytes_per_second if p is not None else None
+
+    sched = Scheduler.from_config(cfg, credits=credits, peak_bytes_per_second=peak,
+                                  baseline_bytes_per_second=baseline, busy=busy)
     ident = instance.identity if instance is not None else None
     enis = instance.enis if instance is not None else []
     region = ident.region if ident is not None else None

@@ -45,7 +45,7 @@ def test_rounds_and_slow_cadence() -> None:
     pm = st.by_check("path_mtu")[0]
     assert (pm.interface, pm.status, pm.evidence["path_mtu"]) == ("127.0.0.1", "ok", 65535)
     assert {v.check for v in st.verdicts} == {"driver", "driver_version", "queues", "rings", "mtu", "path_mtu",
-                                              "imds"}
+                                              "imds", "fleet_access"}
     first_pm_time = st.last_run["path_mtu"]
     st = runner.run_once(include_slow=False)
     assert f.probes == 1, "path MTU is not re-measured in a quick round"

@@ -54,9 +54,10 @@ def agent_main() -> None:
         return {d: tuple(v) for d, v in json.loads(credit_file.read_text()).items()}
 
     profile = BandwidthProfile("lab.shaped", PEAK / 4, PEAK, BUCKET, "config", "config", "config")
-    # (a faster schedule than [probe] allows at load time: the test's rounds are seconds apart)
+    # (a faster schedule than [probe] allows at load time: the test's rounds are seconds apart; probes at the
+    # peak, whose credit gates this test is about: tests/e2e/test_probe_rate.py has the baseline-capped ones)
     section = ProbeConfig(peers=[cfg["peer"]], interval=INTERVAL, peers_per_round=1, duration=DURATION, streams=2,
-                          credit_floor=0.5, hourly_budget_bytes=int(cfg["budget"]))
+                          credit_floor=0.5, hourly_budget_bytes=int(cfg["budget"]), rate="peak")
     svc = build_probe_service(section, responder_port=5201, credits=credits, profile=lambda: profile,
                               busy=lambda: responder.stats.snapshot().busy)
     server = MetricsServer("0.0.0.0", METRICS_PORT, build_registry([ProbesView(svc.snapshot),

@@ -139,3 +139,25 @@ def test_no_responder_no_line() -> None:
     doc = build_status(parse_metrics(text))
     assert doc["responder"] is None
     assert "responder" not in render_text(doc)
+
+
+FLEET_SERIES = """
+burstwatch_fleet_consensus_instances 7.0
+burstwatch_fleet_consensus_bucket_bytes 3.375e+11
+burstwatch_fleet_published_total 2.0
+burstwatch_fleet_backlog_objects 1.0
+"""
+
+
+def test_fleet_consensus_line_and_json() -> None:
+    doc = build_status(parse_metrics(FIX.read_text() + FLEET_SERIES))
+    assert doc["fleet"] == {"consensus_instances": 7, "consensus_bucket_bytes": 3.375e11,
+                            "published_total": 2.0, "backlog_objects": 1.0}
+    assert "  fleet: 2700 Gbit from 7 instances; published 2, waiting 1" in render_text(doc).splitlines()
+
+
+def test_fleet_without_consensus_and_without_fleet() -> None:
+    text = FIX.read_text() + "burstwatch_fleet_consensus_instances 0.0\n"
+    assert "  fleet: no consensus yet; published 0, waiting 0" in render_text(build_status(parse_metrics(text)))
+    doc = build_status(parse_metrics(FIX.read_text()))
+    assert doc["fleet"] is None and "fleet:" not in render_text(doc)

@@ -67,6 +67,31 @@ def test_precedence(conf: BandwidthConfig, api: Optional[TypeEntry], cat: Option
                         and baseline[0] is not None and peak[0] > baseline[0])
 
 
+FLEET = 456e9
+
+# (config, learned, fleet) -> bucket (Gbit, source): config > own learned > fleet > default (docs/fleet.md)
+FLEET_CASES = [
+    ("fleet over the default", NONE, None, FLEET, (FLEET / GBIT, "fleet")),
+    ("own learned over the fleet", NONE, LEARNED, FLEET, (LEARNED / GBIT, "learned")),
+    ("config over the fleet", BandwidthConfig(burst_bucket_gbit=100.0), None, FLEET, (100.0, "config")),
+    ("no fleet figure: the default", NONE, None, None, (2700.0, "default")),
+    ("a non-positive fleet figure is none", NONE, None, 0.0, (2700.0, "default")),
+]
+
+
+@pytest.mark.parametrize(("conf", "learned", "fleet", "bucket"), [c[1:] for c in FLEET_CASES],
+                         ids=[c[0] for c in FLEET_CASES])
+def test_fleet_precedence(conf: BandwidthConfig, learned: Optional[float], fleet: Optional[float],
+                          bucket: tuple) -> None:
+    p = resolve_profile("m5.large", conf, None, CAT, learned, fleet)
+    assert (round(p.bucket_bytes / GBIT, 9), p.bucket_source) == bucket     # type: ignore[operator]
+
+
+def test_a_fleet_bucket_gives_no_bucket_to_a_size_that_never_exhausts() -> None:
+    p = resolve_profile("m5.large", NONE, None, entry(25.0, 25.0), None, FLEET)
+    assert p.bucket_bytes is None and p.bucket_source == "none" and p.never_exhausts
+
+
 def test_units_are_bytes() -> None:
     p = resolve_profile("m5.large", NONE, None, CAT, None)
     assert p.baseline_bytes_per_second == 93_750_000.0       # 0.75 Gbit/s = 0.75e9 / 8 bytes/s

@@ -47,7 +47,8 @@ def test_deb_file_layout(debs: Debs) -> None:
                  "/usr/share/doc/burstwatch/install.md", "/usr/share/man/man1/burstwatch.1.gz",
                  "/usr/share/burstwatch/burstwatch.toml"):
         assert path in files, path
-    for shared in ("packaging/prometheus/burstwatch.rules.yml", "packaging/grafana/burstwatch-dashboard.json"):
+    for shared in ("packaging/prometheus/burstwatch.rules.yml", "packaging/grafana/burstwatch-dashboard.json",
+                   "packaging/grafana/burstwatch-fleet-dashboard.json"):
         assert (ROOT / shared).exists(), shared
         assert f"/usr/share/burstwatch/{Path(shared).name}" in files, shared
     # `agent` is private: never a global module.

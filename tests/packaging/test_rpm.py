@@ -41,7 +41,8 @@ def test_rpm_file_list(rpm: Path) -> None:
                  "/usr/share/doc/burstwatch/install.md", "/usr/share/man/man1/burstwatch.1.gz",
                  "/usr/share/burstwatch/burstwatch.toml"):
         assert path in files, path
-    for shared in ("packaging/prometheus/burstwatch.rules.yml", "packaging/grafana/burstwatch-dashboard.json"):
+    for shared in ("packaging/prometheus/burstwatch.rules.yml", "packaging/grafana/burstwatch-dashboard.json",
+                   "packaging/grafana/burstwatch-fleet-dashboard.json"):
         assert (ROOT / shared).exists(), shared
         assert f"/usr/share/burstwatch/{Path(shared).name}" in files, shared
     assert not [f for f in files if "site-packages" in f or f.endswith(".pyc")]

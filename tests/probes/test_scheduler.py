@@ -389,3 +389,86 @@ def test_probes_start_a_gap_apart() -> None:
     clock.t += 0.01
     assert s.poll() is not None
     assert not any(s.skipped.values())          # waiting out the gap is not a skip
+
+
+# -- rate = "baseline": probes paced at the baseline (docs/probe-scheduling.md, "What probes cost") -----------
+BASELINE = 93.75e6          # 0.75 Gbit/s in bytes/s (m5.large): a 5 s capped probe moves 468.75 MB
+
+
+def make_rated(clock: Clock, rate: str, baseline: Optional[float] = BASELINE, **kw: Any) -> Scheduler:
+    s = Scheduler(interval=900.0, peers_per_round=1, duration=5.0, streams=4, credit_floor=0.5,
+                  hourly_budget_bytes=kw.pop("budget", 1e15), credits=lambda: kw.get("credits"),
+                  peak_bytes_per_second=lambda: PEAK, baseline_bytes_per_second=lambda: baseline,
+                  clock=clock, rng=random.Random(1), rate=rate)
+    s.set_peers([parse_peer("10.0.0.2")])
+    return s
+
+
+def first_plans(s: Scheduler, clock: Clock) -> list[Any]:
+    clock.t = max(clock.t, s.next_round)
+    plans = []
+    while True:
+        plan = s.poll()
+        if plan is None and s.pending:
+            clock.t += s.wait_seconds()
+            continue
+        if plan is None:
+            return plans
+        plans.append(plan)
+        s.finish(plan, True, plan.expected_bytes or 0.0)
+
+
+def test_baseline_rate_caps_each_probe_and_its_expected_bytes() -> None:
+    clock = Clock()
+    plans = first_plans(make_rated(clock, "baseline"), clock)
+    assert [p.direction for p in plans] == ["out", "in"]
+    for p in plans:     # both directions carry the cap: iperf3 sends -b to the server for -R
+        assert p.bitrate == int(BASELINE * 8 / 4)                  # 187.5 Mbit/s per stream, x 4 = baseline
+        assert p.expected_bytes == pytest.approx(5.0 * BASELINE)   # not 5 s x the 10 Gbit/s peak
+    peak_plans = first_plans(make_rated(clock, "peak"), clock)
+    assert [(p.bitrate, p.expected_bytes) for p in peak_plans] == [(None, 5.0 * PEAK)] * 2
+
+
+def test_budget_and_floor_reckon_with_the_cap() -> None:
+    clock = Clock()
+    # 1 GB fits two capped probes (0.47 GB each) but not one at the peak (6.25 GB).
+    assert len(first_plans(make_rated(clock, "baseline", budget=1e9), clock)) == 2
+    s = make_rated(clock, "peak", budget=1e9)
+    assert first_plans(s, clock) == [] and s.skipped["budget"] == 2
+    # 50.5 GB of 100 left: a capped probe (0.47 GB) stays above the 50 GB floor, a peak one would cross it.
+    credits = ratio(0.505, 0.505)
+    assert len(first_plans(make_rated(clock, "baseline", credits=credits), clock)) == 2
+    s = make_rated(clock, "peak", credits=credits)
+    assert first_plans(s, clock) == [] and s.skipped["would_cross_floor"] == 2
+
+
+def test_unknown_baseline_runs_uncapped_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    baseline: list[Optional[float]] = [None]
+    s = Scheduler(interval=900.0, peers_per_round=1, duration=5.0, streams=4, credit_floor=0.5,
+                  hourly_budget_bytes=1e15, peak_bytes_per_second=lambda: PEAK,
+                  baseline_bytes_per_second=lambda: baseline[0], clock=clock, rng=random.Random(1))
+    assert s.rate == "baseline"                                  # the default, as in [probe]
+    s.set_peers([parse_peer("10.0.0.2")])
+    with caplog.at_level("INFO", logger="agent.probes.scheduler"):
+        plans = first_plans(s, clock) + first_plans(s, clock)
+    assert [(p.bitrate, p.expected_bytes) for p in plans] == [(None, 5.0 * PEAK)] * 4
+    said = [r for r in caplog.records if "baseline is unknown" in r.getMessage()]
+    assert len(said) == 1
+    baseline[0] = BASELINE                                       # the profile learns it: capped from now on
+    assert {p.bitrate for p in first_plans(s, clock)} == {int(BASELINE * 8 / 4)}
+
+
+def test_rate_is_validated_and_reloadable() -> None:
+    from agent.config import ProbeConfig
+
+    with pytest.raises(ValueError):
+        Scheduler(interval=900.0, peers_per_round=1, duration=5.0, streams=4, credit_floor=0.5,
+                  hourly_budget_bytes=1e15, rate="fast")
+    clock = Clock()
+    s = make_rated(clock, "baseline")
+    s.reconfigure(ProbeConfig(rate="peak"))
+    assert s.rate == "peak" and s.bitrate() is None
+    with pytest.raises(ValueError):
+        s.reconfigure(ProbeConfig(rate="fast", interval=60.0))
+    assert s.rate == "peak" and s.interval == 900.0

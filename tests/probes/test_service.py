@@ -20,6 +20,8 @@ from agent.probes.scheduler import Peer, Scheduler
 from agent.probes.service import (
     ProbeService,
     build_probe_service,
+    capped_bitrate,
+    catalogue_baseline,
     catalogue_peak,
     pair_allowance,
 )
@@ -317,3 +319,62 @@ def test_reconfigure_keeps_discovery_and_archive_until_a_restart_and_the_port_it
     assert svc.cfg.peers == ["10.0.0.3"]
     svc.reconfigure(new, responder_port=5401)
     assert [p.key for p in svc.scheduler.peers] == ["10.0.0.3:5401"]
+
+
+# -- rate = "baseline" --------------------------------------------------------------------------------------
+def capped(clock: Clock, runner: Any, profile: BandwidthProfile = M5, rate: str = "baseline",
+           peers: tuple[str, ...] = ("10.0.0.2",), **kw: Any) -> ProbeService:
+    """The service as build_probe_service wires it: the scheduler's baseline and peak from the profile."""
+    cfg = section(peers, rate=rate)
+    sched = Scheduler.from_config(cfg, peak_bytes_per_second=lambda: profile.peak_bytes_per_second,
+                                  baseline_bytes_per_second=lambda: profile.baseline_bytes_per_second,
+                                  clock=clock, rng=random.Random(1))
+    return ProbeService(cfg, sched, runner=runner, profile=lambda: profile, **kw)
+
+
+def test_a_baseline_probe_asks_for_the_baseline_in_both_directions() -> None:
+    clock, runner = Clock(), FakeRunner(gbps=0.74)
+    results = run_round(capped(clock, runner, peer_peak=lambda t: None), clock)
+    per_stream = int(0.75 * GBIT * 8 / 4)
+    # -R too: the client sends -b in the parameters and the server (iperf3's or our responder) paces by it.
+    assert [(q.reverse, q.bitrate, q.streams) for q in runner.requests] == [(False, per_stream, 4),
+                                                                           (True, per_stream, 4)]
+    for r in results:   # the cap is what the pair should deliver: 0.74 of 0.75 Gbit/s, not of the 10 Gbit/s peak
+        assert r.expected_bytes_per_second == pytest.approx(0.75 * GBIT, rel=1e-6)
+        assert r.throughput_ratio == pytest.approx(0.74 / 0.75, rel=1e-5)
+    assert svc_peak_requests(clock) == [(False, None), (True, None)]
+
+
+def svc_peak_requests(clock: Clock) -> list[tuple[bool, Optional[int]]]:
+    runner = FakeRunner()
+    results = run_round(capped(clock, runner, rate="peak", peer_peak=lambda t: None), clock)
+    assert results[0].expected_bytes_per_second == pytest.approx(10 * GBIT)
+    return [(q.reverse, q.bitrate) for q in runner.requests]
+
+
+def test_a_smaller_peers_baseline_lowers_the_cap() -> None:
+    clock, runner = Clock(), FakeRunner(gbps=0.06)
+    svc = capped(clock, runner, peers=(), peer_peak=catalogue_peak, peer_baseline=catalogue_baseline,
+                 discover=lambda: [Peer("10.0.0.7", 5201, "t3.micro", "discovered"),
+                                   Peer("10.0.0.8", 5201, "m5.2xlarge", "discovered")])
+    svc.refresh_peers()
+    results = run_round(svc, clock) + run_round(svc, clock)
+    by_peer = {(r.peer, r.direction): r for r in results}
+    t3_base = catalogue_baseline("t3.micro")
+    assert t3_base == pytest.approx(0.064 * GBIT)            # ec2-network-facts.md: t3.micro 0.064 / 5.0
+    caps = {(q.host, q.reverse): q.bitrate for q in runner.requests}
+    assert caps == {("10.0.0.7", False): int(t3_base * 8 / 4), ("10.0.0.7", True): int(t3_base * 8 / 4),
+                    # a bigger peer does not raise it: our own baseline holds
+                    ("10.0.0.8", False): int(0.75 * GBIT * 8 / 4), ("10.0.0.8", True): int(0.75 * GBIT * 8 / 4)}
+    assert by_peer[("10.0.0.7:5201", "out")].expected_bytes_per_second == pytest.approx(t3_base, rel=1e-6)
+    assert capped_bitrate(None, 4, t3_base) is None           # rate = "peak" is never lowered
+
+
+def test_build_probe_service_caps_at_the_profiles_baseline() -> None:
+    runner = FakeRunner()
+    svc = build_probe_service(section(), responder_port=5201, credits=lambda: None, profile=lambda: M5,
+                              runner=runner)
+    assert svc.cfg.rate == "baseline" and svc.scheduler.bitrate() == int(0.75 * GBIT * 8 / 4)
+    svc = build_probe_service(section(rate="peak"), responder_port=5201, credits=lambda: None,
+                              profile=lambda: M5, runner=runner)
+    assert svc.scheduler.bitrate() is None

@@ -1,0 +1,242 @@
+"""Learned buckets shared by the fleet: the S3 layout, the document, its parser and the consensus (pure)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+from agent.models.units import DIRECTIONS
+
+FORMAT = "burstwatch-learned/1"
+# A document holds one line per direction, ~600 bytes each: anything near this size is not ours, and the
+# reader checks the listing's Size before a GET, so a huge object under the prefix costs no transfer.
+MAX_OBJECT_BYTES = 64 * 1024
+# Keys are built from these; anything else in an instance type or id is replaced (S3 keys stay plain,
+# and a type can never climb out of its partition with "/" or "..").
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+# Outlier band around the median: one type's instances share one bucket size, but the two field reports
+# for r4.large disagree by 1.6x (docs/ec2-network-facts.md, "Measured bucket sizes"), so honest values
+# stay inside a factor of 2. Values off by more come from a wrong baseline, bits taken for bytes (8x)
+# or a broken agent; a band in ratio terms, unlike a MAD cut, still works with 3 instances, two of which
+# agree to the byte (a MAD of 0 would reject any third value).
+OUTLIER_FACTOR = 2.0
+
+# The document's fields, in the order they are written; all always present (null when unknown).
+FIELDS: tuple[str, ...] = (
+    "format", "instance_type", "instance_id", "region", "availability_zone", "direction", "bucket_bytes",
+    "method", "learned_count", "baseline_bytes_per_second", "baseline_source", "peak_bytes_per_second",
+    "peak_source", "driver", "driver_version", "learned_at", "agent_version")
+_STRINGS = ("instance_type", "instance_id", "region", "availability_zone", "method", "baseline_source",
+            "peak_source", "driver", "driver_version", "agent_version")
+_NUMBERS = ("baseline_bytes_per_second", "peak_bytes_per_second")
+REJECT_REASONS = ("garbage", "foreign")
+
+
+class Rejected(Exception):
+    """An object left out of the consensus: `reason` "garbage" (unreadable, wrong format, bad field, too
+    large) or "foreign" (another type's record, or a key outside the type's partition)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class LearnedRecord:
+    """One published direction of one instance, as the consensus uses it."""
+
+    instance_id: str
+    direction: str
+    bucket_bytes: float
+    learned_at: float
+    baseline_bytes_per_second: Optional[float]
+    key: str
+
+
+@dataclass(frozen=True)
+class Consensus:
+    """The fleet's answer for one type."""
+
+    bucket_bytes: float          # median of the kept instances' values
+    instances: int               # distinct instances behind it
+    outliers: int                # instances rejected as outliers
+    spread: float                # (max - min) / median of the kept values
+    newest: float                # learned_at of the newest record behind it
+
+
+# -- keys ----------------------------------------------------------------------------------------------------
+def _safe(text: Optional[str]) -> str:
+    return _SAFE.sub("_", text or "") or "unknown"
+
+
+def _norm_prefix(prefix: str) -> str:
+    return prefix + "/" if prefix and not prefix.endswith("/") else prefix
+
+
+def type_prefix(prefix: str, instance_type: str) -> str:
+    """`<prefix>learned/type=<type>/`: the type's partition (Hive layout, so Athena prunes by type)."""
+    return f"{_norm_prefix(prefix)}learned/type={_safe(instance_type)}/"
+
+
+def object_key(prefix: str, instance_type: str, instance_id: Optional[str], epoch: float) -> str:
+    """`<prefix>learned/type=<type>/<instance_id>-<unix_epoch_int>.json`."""
+    return f"{type_prefix(prefix, instance_type)}{_safe(instance_id)}-{int(epoch)}.json"
+
+
+# -- the document ------------------------------------------------------------------------------------------
+def _finite_positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def learned_record(**fields: Any) -> dict[str, Any]:
+    """The flat record for one learned direction: every field of FIELDS, missing ones null. Raises
+    ValueError for an unknown field, a direction other than "in"/"out" or a bucket that is not > 0."""
+    unknown = set(fields) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}")
+    if fields.get("direction") not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, not {fields.get('direction')!r}")
+    if not _finite_positive(fields.get("bucket_bytes")):
+        raise ValueError(f"bucket_bytes must be a finite number > 0, not {fields.get('bucket_bytes')!r}")
+    out: dict[str, Any] = {name: fields.get(name) for name in FIELDS}
+    out["format"] = FORMAT
+    out["bucket_bytes"] = float(out["bucket_bytes"])
+    if out["learned_at"] is not None:
+        out["learned_at"] = float(out["learned_at"])
+    return out
+
+
+def encode(records: list[dict[str, Any]]) -> bytes:
+    """Newline-delimited JSON, one record a line with a trailing newline (Athena's JSON SerDe and DuckDB's
+    read_json both read one row per line)."""
+    return b"".join(json.dumps(r, separators=(",", ":"), allow_nan=False).encode("utf-8") + b"\n"
+                    for r in records)
+
+
+def _in_partition(key: str, instance_type: str) -> bool:
+    """The key sits directly in the type's partition, whatever the prefix."""
+    part = type_prefix("", instance_type)
+    head, sep, name = key.rpartition(part)
+    return bool(sep) and (head == "" or head.endswith("/")) and bool(name) and "/" not in name
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_line(n: int, doc: Any) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise Rejected("garbage", f"line {n} is not a JSON object")
+    if doc.get("format") != FORMAT:
+        raise Rejected("garbage", f"line {n}: format {doc.get('format')!r}, not {FORMAT!r}")
+    missing = [f for f in FIELDS if f not in doc]
+    if missing:
+        raise Rejected("garbage", f"line {n}: missing {', '.join(missing)}")
+    for f in _STRINGS:
+        if doc[f] is not None and not isinstance(doc[f], str):
+            raise Rejected("garbage", f"line {n}: {f} is not a string")
+    for f in _NUMBERS:
+        if doc[f] is not None and not _number(doc[f]):
+            raise Rejected("garbage", f"line {n}: {f} is not a finite number")
+    if not isinstance(doc["instance_type"], str):
+        raise Rejected("garbage", f"line {n}: no instance_type")
+    if doc["direction"] not in DIRECTIONS:
+        raise Rejected("garbage", f"line {n}: direction {doc['direction']!r}")
+    if not _finite_positive(doc["bucket_bytes"]):
+        raise Rejected("garbage", f"line {n}: bucket_bytes {doc['bucket_bytes']!r} is not a finite number > 0")
+    if not _number(doc["learned_at"]):
+        raise Rejected("garbage", f"line {n}: learned_at is not a finite number")
+    count = doc["learned_count"]
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
+        raise Rejected("garbage", f"line {n}: learned_count is not an integer")
+    return doc
+
+
+def parse_object(key: str, body: bytes, instance_type: str) -> list[LearnedRecord]:
+    """The records of one object of `instance_type`'s partition; raises Rejected when any line is not
+    a valid burstwatch-learned/1 record of that type (the object is taken whole or not at all)."""
+    if not _in_partition(key, instance_type):
+        raise Rejected("foreign", f"{key} is outside the {instance_type} partition")
+    if len(body) > MAX_OBJECT_BYTES:
+        raise Rejected("garbage", f"{len(body)} bytes, more than {MAX_OBJECT_BYTES}")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Rejected("garbage", f"not UTF-8: {exc}") from None
+    name = key.rsplit("/", 1)[-1]
+    fallback_id = name.rsplit("-", 1)[0] if "-" in name else name
+    out: list[LearnedRecord] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except ValueError as exc:             # JSONDecodeError, and NaN/huge-number oddities
+            raise Rejected("garbage", f"line {n} is not JSON: {exc}") from None
+        doc = _check_line(n, raw)
+        if doc["instance_type"] != instance_type:
+            raise Rejected("foreign", f"line {n} is for {doc['instance_type']!r}, not {instance_type!r}")
+        base = doc["baseline_bytes_per_second"]
+        out.append(LearnedRecord(doc["instance_id"] or fallback_id, doc["direction"], float(doc["bucket_bytes"]),
+                                 float(doc["learned_at"]), float(base) if base is not None else None, key))
+    if not out:
+        raise Rejected("garbage", "no records")
+    return out
+
+
+# -- the consensus -----------------------------------------------------------------------------------------
+def consensus(records: Iterable[LearnedRecord], *, min_instances: int, now: float,
+              max_age_seconds: float) -> Optional[Consensus]:
+    """The fleet's bucket for a type, or None unless `min_instances` distinct instances agree.
+
+    Only the latest record per (instance, direction) counts, records older than `max_age_seconds` are
+    dropped first, and each instance contributes one value, the median of its directions' latest (so one
+    instance publishing every day counts once, and an instance that learned both directions is not worth
+    two). Instances whose value lies outside [median / OUTLIER_FACTOR, median x OUTLIER_FACTOR] are
+    outliers; the answer is the median of the rest."""
+    oldest = now - max_age_seconds
+    latest: dict[tuple[str, str], LearnedRecord] = {}
+    for r in records:
+        if r.learned_at < oldest:
+            continue
+        k = (r.instance_id, r.direction)
+        cur = latest.get(k)
+        if cur is None or (r.learned_at, r.key) > (cur.learned_at, cur.key):
+            latest[k] = r
+    per_instance: dict[str, list[LearnedRecord]] = {}
+    for (iid, _d), r in latest.items():
+        per_instance.setdefault(iid, []).append(r)
+    if not per_instance:
+        return None
+    values = {iid: statistics.median(r.bucket_bytes for r in rs) for iid, rs in per_instance.items()}
+    mid = statistics.median(values.values())
+    kept = {iid: v for iid, v in values.items() if mid / OUTLIER_FACTOR <= v <= mid * OUTLIER_FACTOR}
+    if len(kept) < max(1, min_instances):
+        return None
+    median = statistics.median(kept.values())
+    newest = max(r.learned_at for iid in kept for r in per_instance[iid])
+    return Consensus(float(median), len(kept), len(values) - len(kept),
+                     (max(kept.values()) - min(kept.values())) / median, newest)
+
+
+# -- when to publish ---------------------------------------------------------------------------------------
+# A learned value is worth a PUT when it is new, moved by this much from the last published value (the
+# estimator's own learned values wander by a few percent between exhaustions; 5 % keeps those to one
+# object), or when the last publication is old enough that it would soon fall out of readers' max_age.
+PUBLISH_CHANGE = 0.05
+REPUBLISH_AGE = 30 * 86400.0
+
+
+def worth_publishing(last_bytes: Optional[float], last_at: Optional[float], bucket_bytes: float,
+                     now: float) -> bool:
+    """Whether a learned value should be published, given the last one published for its direction."""
+    if last_bytes is None or last_at is None or last_bytes <= 0:
+        return True
+    if abs(bucket_bytes - last_bytes) / last_bytes >= PUBLISH_CHANGE:
+        return True
+    return now - last_at >= REPUBLISH_AGE

@@ -1,0 +1,244 @@
+"""The fleet document, its parser and the consensus (agent/models/fleet.py): pure, table-driven."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Optional
+
+import pytest
+
+from agent.models.fleet import (
+    FIELDS,
+    FORMAT,
+    MAX_OBJECT_BYTES,
+    OUTLIER_FACTOR,
+    Consensus,
+    LearnedRecord,
+    Rejected,
+    consensus,
+    encode,
+    learned_record,
+    object_key,
+    parse_object,
+    type_prefix,
+    worth_publishing,
+)
+
+DAY = 86400.0
+NOW = 1_763_900_000.0
+KEY = "burstwatch/learned/type=m5.large/i-0123456789abcdef0-1763900000.json"
+
+
+def record(**over: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = dict(
+        instance_type="m5.large", instance_id="i-0123456789abcdef0", region="us-east-1",
+        availability_zone="us-east-1a", direction="out", bucket_bytes=337_500_000_000.0, method="exhaustion",
+        learned_count=1, baseline_bytes_per_second=93_750_000.0, baseline_source="catalogue",
+        peak_bytes_per_second=1_250_000_000.0, peak_source="catalogue", driver="ena", driver_version="2.8.1g",
+        learned_at=NOW, agent_version="0.x")
+    fields.update(over)
+    return learned_record(**fields)
+
+
+# -- keys ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("prefix,itype,iid,epoch,key", [
+    ("burstwatch/", "m5.large", "i-0123456789abcdef0", 1763900000.7,
+     "burstwatch/learned/type=m5.large/i-0123456789abcdef0-1763900000.json"),
+    ("", "m5.large", "i-0abc", 5, "learned/type=m5.large/i-0abc-5.json"),
+    ("p", "c6gn.medium", "i-1", 7, "p/learned/type=c6gn.medium/i-1-7.json"),              # "/" added
+    ("p/", "x/../y", "a b", 7, "p/learned/type=x_.._y/a_b-7.json"),                      # sanitised
+    ("p/", "m5.large", None, 7, "p/learned/type=m5.large/unknown-7.json"),
+])
+def test_object_key(prefix: str, itype: str, iid: Optional[str], epoch: float, key: str) -> None:
+    assert object_key(prefix, itype, iid, epoch) == key
+    assert key.startswith(type_prefix(prefix, itype))
+
+
+# -- the document --------------------------------------------------------------------------------------------
+def test_learned_record_has_every_field_in_order_and_nulls() -> None:
+    r = learned_record(instance_type="m5.large", direction="in", bucket_bytes=10)
+    assert list(r) == list(FIELDS)
+    assert r["format"] == FORMAT and r["bucket_bytes"] == 10.0 and isinstance(r["bucket_bytes"], float)
+    assert r["instance_id"] is None and r["driver"] is None
+
+
+@pytest.mark.parametrize("over", [
+    {"direction": "both"}, {"direction": None}, {"bucket_bytes": 0}, {"bucket_bytes": -1.0},
+    {"bucket_bytes": math.nan}, {"bucket_bytes": math.inf}, {"bucket_bytes": True}, {"bucket_bytes": "1"},
+    {"colour": "red"},
+])
+def test_learned_record_refuses_bad_values(over: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        record(**over)
+
+
+def test_encode_is_one_json_line_per_record_and_round_trips() -> None:
+    recs = [record(direction="in", bucket_bytes=1e11), record(direction="out")]
+    body = encode(recs)
+    assert body.endswith(b"\n") and body.count(b"\n") == 2
+    assert [json.loads(line) for line in body.splitlines()] == recs
+    parsed = parse_object(KEY, body, "m5.large")
+    assert parsed == [LearnedRecord("i-0123456789abcdef0", "in", 1e11, NOW, 93_750_000.0, KEY),
+                      LearnedRecord("i-0123456789abcdef0", "out", 337_500_000_000.0, NOW, 93_750_000.0, KEY)]
+
+
+def test_missing_instance_id_falls_back_to_the_key_name() -> None:
+    (r,) = parse_object(KEY, encode([record(instance_id=None)]), "m5.large")
+    assert r.instance_id == "i-0123456789abcdef0"
+
+
+def _line(**over: Any) -> bytes:
+    doc = record()
+    doc.update(over)
+    return json.dumps(doc).encode() + b"\n"
+
+
+def _without(field: str) -> bytes:
+    doc = record()
+    del doc[field]
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize("body,why", [
+    (b"\xff\xfe not utf-8", "not UTF-8"),
+    (b"{not json", "not JSON"),
+    (b"", "no records"),
+    (b"\n\n", "no records"),
+    (b"[1, 2]", "not a JSON object"),
+    (b'"text"', "not a JSON object"),
+    (_line(format="burstwatch-learned/2"), "format"),
+    (_line(format=None), "format"),
+    (_without("bucket_bytes"), "missing bucket_bytes"),
+    (_without("driver"), "missing driver"),
+    (_line(bucket_bytes=0), "bucket_bytes"),
+    (_line(bucket_bytes=-5.0), "bucket_bytes"),
+    (_line(bucket_bytes="1e11"), "bucket_bytes"),
+    (_line(bucket_bytes=None), "bucket_bytes"),
+    (_line(bucket_bytes=True), "bucket_bytes"),
+    (_line().replace(b"337500000000.0", b"NaN"), "bucket_bytes"),
+    (_line().replace(b"337500000000.0", b"Infinity"), "bucket_bytes"),
+    (_line().replace(b"337500000000.0", b"1e400"), "bucket_bytes"),
+    (_line(direction="sideways"), "direction"),
+    (_line(learned_at=None), "learned_at"),
+    (_line(learned_at="yesterday"), "learned_at"),
+    (_line(learned_count=1.5), "learned_count"),
+    (_line(instance_id=42), "instance_id"),
+    (_line(instance_type=None), "instance_type"),
+    (_line(baseline_bytes_per_second="fast"), "baseline_bytes_per_second"),
+    (_line() + b"garbage\n", "line 2"),                 # one bad line condemns the object
+    (b" " * (MAX_OBJECT_BYTES + 1), "bytes, more than"),
+])
+def test_garbage_of_every_kind_is_rejected(body: bytes, why: str) -> None:
+    with pytest.raises(Rejected) as exc:
+        parse_object(KEY, body, "m5.large")
+    assert exc.value.reason == "garbage"
+    assert why in exc.value.detail
+
+
+@pytest.mark.parametrize("key,body", [
+    (KEY, _line(instance_type="c5.large")),                                            # another type's record
+    (KEY.replace("type=m5.large", "type=c5.large"), _line()),                         # another partition
+    ("burstwatch/learned/type=m5.large/sub/x-1.json", _line()),                      # nested below it
+    ("burstwatch/learned/type=m5.large/", _line()),                                   # the folder itself
+    ("burstwatch/notlearned/type=m5.large/i-1-1.json", _line()),
+    ("burstwatch/xlearned/type=m5.large/i-1-1.json", _line()),
+])
+def test_foreign_objects_are_rejected(key: str, body: bytes) -> None:
+    with pytest.raises(Rejected) as exc:
+        parse_object(key, body, "m5.large")
+    assert exc.value.reason == "foreign"
+
+
+def test_a_blank_prefix_partition_is_ours() -> None:
+    assert parse_object("learned/type=m5.large/i-1-1.json", _line(), "m5.large")
+
+
+# -- the consensus -------------------------------------------------------------------------------------------
+def lr(iid: str, value: float, direction: str = "out", at: float = NOW - DAY, key: str = "") -> LearnedRecord:
+    return LearnedRecord(iid, direction, value, at, None, key or f"{iid}-{at}")
+
+
+def agree(records: list[LearnedRecord], min_instances: int = 3, max_age: float = 90 * DAY) -> Optional[Consensus]:
+    return consensus(records, min_instances=min_instances, now=NOW, max_age_seconds=max_age)
+
+
+def test_consensus_is_the_median_of_enough_distinct_instances() -> None:
+    c = agree([lr("a", 100.0), lr("b", 110.0), lr("c", 120.0)])
+    assert c == Consensus(bucket_bytes=110.0, instances=3, outliers=0, spread=pytest.approx(20 / 110),
+                          newest=NOW - DAY)
+
+
+def test_too_few_instances_give_none() -> None:
+    assert agree([]) is None
+    assert agree([lr("a", 100.0), lr("b", 100.0)]) is None
+    assert agree([lr("a", 100.0), lr("b", 100.0)], min_instances=2) is not None
+
+
+def test_one_instance_publishing_many_times_counts_once_with_its_latest_value() -> None:
+    many = [lr("a", 100.0 + i, at=NOW - DAY * (10 - i)) for i in range(10)]
+    assert agree(many, min_instances=1) == Consensus(109.0, 1, 0, 0.0, NOW - DAY)
+    assert agree(many) is None                         # ten objects, still one instance
+    c = agree([*many, lr("b", 109.0), lr("c", 109.0)])
+    assert c is not None and c.instances == 3 and c.bucket_bytes == 109.0
+
+
+def test_both_directions_are_pooled_per_instance() -> None:
+    # a learned both directions (100, 140 -> 120); b and c one each. Three instances, not four.
+    recs = [lr("a", 100.0, "in"), lr("a", 140.0, "out"), lr("b", 118.0, "in"), lr("c", 125.0, "out")]
+    c = agree(recs)
+    assert c is not None and c.instances == 3 and c.bucket_bytes == 120.0
+    assert agree(recs, min_instances=4) is None
+
+
+def test_latest_per_direction_then_pooled() -> None:
+    recs = [lr("a", 50.0, "in", at=NOW - 5 * DAY), lr("a", 100.0, "in", at=NOW - DAY),
+            lr("a", 300.0, "out", at=NOW - DAY), lr("a", 120.0, "out", at=NOW - 0.5 * DAY)]
+    c = agree(recs, min_instances=1)
+    assert c is not None and c.bucket_bytes == 110.0 and c.newest == NOW - 0.5 * DAY
+
+
+def test_records_older_than_max_age_are_dropped_even_when_they_are_the_latest() -> None:
+    recs = [lr("a", 100.0), lr("b", 100.0), lr("c", 100.0, at=NOW - 91 * DAY)]
+    assert agree(recs) is None
+    assert agree(recs, max_age=92 * DAY) is not None
+    # An old record does not hide behind a newer one of the same instance either: the newer one counts.
+    recs.append(lr("c", 104.0, at=NOW - 2 * DAY))
+    c = agree(recs)
+    assert c is not None and c.bucket_bytes == 100.0 and c.instances == 3
+
+
+def test_outliers_outside_a_factor_of_two_are_rejected_and_counted() -> None:
+    good = [lr("a", 100.0), lr("b", 105.0), lr("c", 95.0), lr("d", 190.0)]       # d: inside the band
+    bits_for_bytes = lr("e", 800.0)                                            # 8x: bits taken for bytes
+    tiny = lr("f", 1.0)
+    c = agree([*good, bits_for_bytes, tiny])
+    assert c is not None
+    assert (c.instances, c.outliers, c.bucket_bytes) == (4, 2, 102.5)
+    assert c.spread == pytest.approx((190.0 - 95.0) / 102.5)
+    assert OUTLIER_FACTOR == 2.0
+
+
+def test_outliers_can_leave_too_few() -> None:
+    assert agree([lr("a", 100.0), lr("b", 100.0), lr("c", 1000.0)]) is None
+    c = agree([lr("a", 100.0), lr("b", 100.0), lr("c", 1000.0)], min_instances=2)
+    assert c is not None and c.outliers == 1
+
+
+def test_two_exact_agreements_do_not_reject_a_close_third() -> None:
+    # A MAD rule would (MAD = 0 here); the ratio band keeps an honest 10 % disagreement.
+    c = agree([lr("a", 100.0), lr("b", 100.0), lr("c", 110.0)])
+    assert c is not None and c.instances == 3 and c.outliers == 0
+
+
+# -- when to publish -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("last,at,value,now,want", [
+    (None, None, 100.0, NOW, True),                      # never published
+    (100.0, NOW - DAY, 104.9, NOW, False),               # moved < 5 %
+    (100.0, NOW - DAY, 95.0, NOW, True),                 # moved 5 %
+    (100.0, NOW - DAY, 106.0, NOW, True),
+    (100.0, NOW - 29 * DAY, 100.0, NOW, False),
+    (100.0, NOW - 30 * DAY, 100.0, NOW, True),           # old enough to refresh before readers' max_age
+])
+def test_worth_publishing(last: Optional[float], at: Optional[float], value: float, now: float, want: bool) -> None:
+    assert worth_publishing(last, at, value, now) is want
