@@ -47,11 +47,12 @@ def test_steady_drain_forecasts_alerts_and_clamps(zoo: cz.Zoo) -> None:
 
 
 def on_off_drain(res: cz.Result) -> None:
-    """Issue 12's target is 80 % of the trend forecasts within max(1 s, 15 %); the lab's traffic is only as
-    regular as a loaded machine lets it be (docs/credits.md), so: at least half, better than the instant
-    forecast, never "never" once a window of the drain has passed, and the alert fired before empty."""
+    """Issue 12's target is 80 % of the trend forecasts within max(1 s, 15 %) (`make bench BENCH=zoo`: 100 %
+    on every on/off drain); the lab's traffic is only as regular as a loaded machine lets it be
+    (docs/credits.md), so here: 70 %, better than the instant forecast, never "never" once a window of the
+    drain has passed, and the alert fired before empty."""
     assert res.empty is not None, res.story()
-    assert (res.trend_hit or 0) >= 0.5 and (res.trend_hit or 0) > (res.instant_hit or 0), res.story()
+    assert (res.trend_hit or 0) >= 0.7 and (res.trend_hit or 0) > (res.instant_hit or 0), res.story()
     assert res.trend_inf == 0, res.story()
     assert res.alert_lead is not None and res.alert_lead > 0, (res.story(), res.alerts)
     assert res.false_exhaustions == 0, res.story()

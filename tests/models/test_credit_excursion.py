@@ -10,7 +10,7 @@ import pytest
 from agent.models import credit_model as cm
 from agent.models.credit_model import CreditEstimator
 from agent.models.spend_trend import SpendTrend
-from tests.models.credit_world import MBIT, Shaper, World, idle, on_off, steady
+from tests.models.credit_world import MBIT, Demand, Shaper, World, idle, on_off, steady
 
 BASE, PEAK, BUCKET = 100 * MBIT, 300 * MBIT, 150e6     # the lab's profile
 FULL_SPEED = 10 * PEAK
@@ -49,17 +49,42 @@ def errors(weight: float, on: float, off: float, monkeypatch: pytest.MonkeyPatch
 
 def test_half_the_excursion_centres_a_bursty_drain(monkeypatch: pytest.MonkeyPatch) -> None:
     """0.5 s on / 0.5 s off: the line alone is late (the bucket empties in a burst before the average
-    reaches it) and misses the target; half the excursion brings the forecasts in, the full one overshoots
-    (early)."""
-    hit_line, late = errors(0.0, 0.5, 0.5, monkeypatch)
+    reaches it); half the excursion brings the forecasts in, the full one overshoots (early)."""
+    _, late = errors(0.0, 0.5, 0.5, monkeypatch)
     hit, median = errors(WEIGHT, 0.5, 0.5, monkeypatch)
     _, early = errors(1.0, 0.5, 0.5, monkeypatch)
-    assert late > 0.55 and hit_line < 0.9
+    assert late > 0.55
     assert hit >= 0.95 and 0.0 < median < late - 0.1
     assert early < median
 
 
-@pytest.mark.parametrize("on, off", [(0.6, 0.4), (0.3, 0.2), (1.0, 0.0)])
-def test_other_drains_keep_their_accuracy(on: float, off: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    hit, median = errors(WEIGHT, on, off, monkeypatch)
-    assert hit >= 0.95 and abs(median) < 0.4
+def ramped_on_off(rate: float, on: float, off: float, ramp: float) -> Demand:
+    """On/off where each burst climbs to `rate` over `ramp` seconds, as TCP's window does after an idle
+    pause (the lab's on/off drains look like this)."""
+    def demand(t: float, dt: float) -> float:
+        phase = t % (on + off)
+        return min(rate, rate * phase / ramp) * dt if phase < on else 0.0
+    return demand
+
+
+def test_the_moments_median_cuts_the_late_wobble(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.5 s on / 0.5 s off with a 0.2-s climb (the lab's TCP bursts): the fitted slope and excursion wobble
+    with the phase, each sample's own moment lands up to 2 s late; the sooner of it and the median of the
+    last third of a window's moments cuts that tail and brings every forecast within the target."""
+    def run(fraction: float) -> tuple[float, float]:
+        monkeypatch.setattr(cm, "MOMENT_SMOOTHING_FRACTION", fraction)
+        w = World(CreditEstimator(BASE, BUCKET, forecast_window=3.0), Shaper(BASE, PEAK, BUCKET))
+        w.run(idle(), 4.0)
+        start = w.t
+        samples, empty = w.run_until_empty(ramped_on_off(1.3 * PEAK, 0.5, 0.5, 0.2), 80)
+        sel = [s for s in samples if s.t - start >= 3.5 and s.t <= empty - 1.0]
+        errs = sorted(s.t + s.reading.exhaustion_trend_seconds - empty for s in sel)
+        hits = sum(abs(s.t + s.reading.exhaustion_trend_seconds - empty) <= max(1.0, 0.15 * (empty - s.t))
+                   for s in sel) / len(sel)
+        return hits, errs[9 * len(errs) // 10]
+
+    shipped = cm.MOMENT_SMOOTHING_FRACTION
+    hit_raw, late_raw = run(0.0)
+    hit, late = run(shipped)
+    assert hit_raw < 0.95 and late_raw > 1.5
+    assert hit >= 0.99 and late < late_raw - 0.5

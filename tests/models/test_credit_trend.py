@@ -126,3 +126,13 @@ def test_reload_changes_the_window() -> None:
     est.update(0.2, {"out": PEAK * 0.2}, {"out": PEAK}, None)
     pts = est.buckets["out"].trend.points
     assert pts[-1][0] - pts[0][0] <= 3.0 + 1e-6
+
+
+def test_the_moment_median_keeps_a_bounded_number_of_entries() -> None:
+    """A long window sampled fast keeps at most about TREND_MAX_POINTS predicted moments."""
+    est = CreditEstimator(BASE, 1e12, forecast_window=3600.0)
+    for _ in range(20000):                              # 2000 s of 0.1-s samples draining at 2 x baseline
+        est.update(0.1, {"out": 2 * BASE * 0.1, "in": 0.0}, {"out": 2 * BASE, "in": 0.0}, None)
+    moments = est.buckets["out"].moments
+    assert 0 < len(moments) <= TREND_MAX_POINTS + 1
+    assert moments[-1][0] - moments[0][0] <= 3600.0 / 3 + 10
