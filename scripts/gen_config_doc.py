@@ -9,6 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from docregion import rewrite  # noqa: E402 (beside this script)
+
 from agent.config import describe_keys  # noqa: E402
 
 DOC = ROOT / "docs" / "configuration.md"
@@ -35,17 +37,7 @@ def table() -> str:
 
 
 def main() -> int:
-    text = DOC.read_text()
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    new = f"{head}{BEGIN}\n{table()}\n{END}{tail}"
-    if "--check" in sys.argv:
-        if new != text:
-            print("docs/configuration.md is out of date: run scripts/gen_config_doc.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new)
-    return 0
+    return rewrite(DOC, BEGIN, END, table(), "scripts/gen_config_doc.py", sys.argv)
 
 
 if __name__ == "__main__":

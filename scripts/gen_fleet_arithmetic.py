@@ -12,6 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from docregion import rewrite  # noqa: E402 (beside this script)
+
 from agent.checks.fleet import NAME as ACCESS_CHECK  # noqa: E402
 from agent.checks.runner import DEFAULT_SLOW_INTERVAL  # noqa: E402
 from agent.cloudwatch.catalogue import DEFAULT_METRICS, SPECS  # noqa: E402
@@ -286,20 +288,7 @@ def region() -> str:
 
 
 def main() -> int:
-    text = DOC.read_text()
-    head, sep, rest = text.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
-    if not sep or not sep2:
-        print(f"docs/fleet.md lacks the {BEGIN} ... {END} markers", file=sys.stderr)
-        return 1
-    new = f"{head}{BEGIN}\n{region()}\n{END}{tail}"
-    if "--check" in sys.argv:
-        if new != text:
-            print("docs/fleet.md's arithmetic is out of date: run scripts/gen_fleet_arithmetic.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new)
-    return 0
+    return rewrite(DOC, BEGIN, END, region(), "scripts/gen_fleet_arithmetic.py", sys.argv)
 
 
 if __name__ == "__main__":

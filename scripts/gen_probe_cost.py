@@ -11,6 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from docregion import rewrite  # noqa: E402 (beside this script)
+
 from agent.config import ProbeConfig  # noqa: E402
 from agent.models.catalogue import TypeEntry, load_catalogue  # noqa: E402
 from agent.models.probe_cost import (  # noqa: E402
@@ -98,20 +100,7 @@ def table() -> str:
 
 
 def main() -> int:
-    text = DOC.read_text()
-    head, sep, rest = text.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
-    if not sep or not sep2:
-        print(f"docs/probe-scheduling.md lacks the {BEGIN} ... {END} markers", file=sys.stderr)
-        return 1
-    new = f"{head}{BEGIN}\n{table()}\n{END}{tail}"
-    if "--check" in sys.argv:
-        if new != text:
-            print("docs/probe-scheduling.md is out of date: run scripts/gen_probe_cost.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new)
-    return 0
+    return rewrite(DOC, BEGIN, END, table(), "scripts/gen_probe_cost.py", sys.argv)
 
 
 if __name__ == "__main__":

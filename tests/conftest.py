@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -10,7 +11,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -85,13 +86,13 @@ def scrape_metrics(port: int) -> dict[str, float]:
     return parse_metrics(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
 
 
-@pytest.fixture(scope="session")
-def moto_server() -> str:
-    """moto in server mode over HTTP (a separate process and venv); yields its endpoint URL."""
+@contextlib.contextmanager
+def moto_process(*command: str) -> Iterator[str]:
+    """A moto server process (`command` gets -H and -p added) on a free loopback port; its endpoint URL."""
     if not MOTO_SERVER.exists():
         pytest.fail(f"{MOTO_SERVER} missing: run `make test-deps` (make test installs it)")
     port = free_port()
-    proc = subprocess.Popen([str(MOTO_SERVER), "-H", "127.0.0.1", "-p", str(port)],
+    proc = subprocess.Popen([*command, "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port("127.0.0.1", port)
@@ -99,6 +100,13 @@ def moto_server() -> str:
     finally:
         proc.terminate()
         proc.wait(5)
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """moto in server mode over HTTP (a separate process and venv); yields its endpoint URL."""
+    with moto_process(str(MOTO_SERVER)) as url:
+        yield url
 
 
 @pytest.fixture()

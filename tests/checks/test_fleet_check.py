@@ -18,7 +18,7 @@ from agent.checks import fleet as fleetcheck
 from agent.checks.context import InstanceFacts
 from agent.models.fleet import type_prefix
 from tests.checks.helpers import fixture_context
-from tests.conftest import BURSTWATCH, MOTO_SERVER, ROOT, free_port, wait_port
+from tests.conftest import BURSTWATCH, MOTO_SERVER, ROOT, free_port, moto_process
 
 DOC = ROOT / "docs" / "fleet.md"
 BUCKET = "fleet-bucket"
@@ -217,18 +217,8 @@ def test_missing_or_refused_credentials_and_a_missing_bucket_fail(monkeypatch: p
 def iam_moto() -> Iterator[str]:
     """A private moto server (IAM enforcement is server-wide, so not the shared one), through
     moto_iam_server.py: moto_server with its SigV4 re-signing of encoded query strings fixed."""
-    python = MOTO_SERVER.parent / "python"
-    if not MOTO_SERVER.exists():
-        pytest.fail(f"{MOTO_SERVER} missing: run `make test-deps`")
-    port = free_port()
-    proc = subprocess.Popen([str(python), str(Path(__file__).with_name("moto_iam_server.py")), "-H", "127.0.0.1",
-                             "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port("127.0.0.1", port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(5)
+    with moto_process(str(MOTO_SERVER.parent / "python"), str(Path(__file__).with_name("moto_iam_server.py"))) as url:
+        yield url
 
 
 def enforce_iam(endpoint: str) -> None:

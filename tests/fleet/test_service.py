@@ -194,8 +194,9 @@ def test_held_back_record_survives_a_restart(harness: Any, tmp_path: Path) -> No
     svc.publish([rec(bucket=1.0e11)])
     assert svc.flush(10.0)
     svc.publish([rec(bucket=2.0e11)])                   # waits 600 s
-    wait_until(lambda: "pending" in (tmp_path / STATE_FILE).read_text()
-               and json.loads((tmp_path / STATE_FILE).read_text())["pending"], 5.0, "pending record saved")
+    state = tmp_path / STATE_FILE                       # written by the service thread, atomically
+    wait_until(lambda: state.exists() and json.loads(state.read_text()).get("pending"), 5.0,
+               "pending record saved")
     h.stop()
     h2 = harness(refresh_interval=3600.0, publish_interval=0.0)
     svc2 = h2.start()
