@@ -322,7 +322,7 @@ def _fleet(a: Agent) -> None:
     from agent import __version__
     from agent.exporters.fleet import FleetView
     from agent.fleet.service import FleetService
-    from agent.models.fleet import Consensus, learned_record
+    from agent.models.fleet import Consensus, learned_record, publishable
 
     ident = a.instance.identity if a.instance is not None else None
     if a.profile.instance_type is None:
@@ -346,6 +346,9 @@ def _fleet(a: Agent) -> None:
                          state_dir=a.cfg.state_dir, on_consensus=adopt)
 
     def learned(directions: dict[str, dict[str, Any]]) -> None:
+        directions = {d: v for d, v in directions.items() if publishable(v["learn_method"])}
+        if not directions:
+            return
         p, snap = a.profile, a.latest()
         drivers = [e.driver for e in (snap.ethtool or {}).values() if e.driver is not None] if snap else []
         fleet.publish([learned_record(

@@ -230,6 +230,15 @@ def consensus(records: Iterable[LearnedRecord], *, min_instances: int, now: floa
 # object), or when the last publication is old enough that it would soon fall out of readers' max_age.
 PUBLISH_CHANGE = 0.05
 REPUBLISH_AGE = 30 * 86400.0
+# Only a size learned at an exhaustion (docs/credits.md, "Exhaustion needs evidence") is a measurement of
+# the bucket. An unshaped overrun only says the bucket is larger than the model's (a lower bound that grows
+# until the exhaustion that ends the episode settles it); shared, it would drag the fleet's median down.
+PUBLISHED_METHODS = ("exhaustion",)
+
+
+def publishable(method: str) -> bool:
+    """Whether a size learned by `method` is a measurement worth sharing with the fleet."""
+    return method in PUBLISHED_METHODS
 
 
 def worth_publishing(last_bytes: Optional[float], last_at: Optional[float], bucket_bytes: float,

@@ -21,6 +21,7 @@ from agent.models.fleet import (
     learned_record,
     object_key,
     parse_object,
+    publishable,
     type_prefix,
     worth_publishing,
 )
@@ -242,3 +243,9 @@ def test_two_exact_agreements_do_not_reject_a_close_third() -> None:
 ])
 def test_worth_publishing(last: Optional[float], at: Optional[float], value: float, now: float, want: bool) -> None:
     assert worth_publishing(last, at, value, now) is want
+
+
+def test_only_sizes_learned_at_an_exhaustion_are_published() -> None:
+    """An unshaped overrun is a growing lower bound, not a measurement (docs/fleet.md, "Publishing")."""
+    assert publishable("exhaustion")
+    assert not publishable("unshaped_overrun") and not publishable("none")
