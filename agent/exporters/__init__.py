@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 NS = "burstwatch"
@@ -20,3 +20,12 @@ class View(Collector):
 
     def describe(self) -> Iterable[Metric]:
         return [Metric(name, "", typ) for name, typ in self.FAMILIES]
+
+
+def counter_by(name: str, doc: str, label: str, counts: Mapping[str, float]) -> CounterMetricFamily:
+    """A counter family with one series per key of `counts` under one label, in key order (the services
+    keep such tallies as plain dicts: results, reasons, kinds)."""
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for key, n in sorted(counts.items()):
+        family.add_metric([key], n)
+    return family

@@ -7,7 +7,7 @@ from typing import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from agent.cloudwatch.publisher import PublisherStats
-from agent.exporters import View
+from agent.exporters import View, counter_by
 
 NS = "burstwatch_cloudwatch"
 
@@ -37,16 +37,10 @@ def _render(s: PublisherStats) -> Iterable[Metric]:
                             "([cloudwatch] backlog).", value=s["backlog_capacity"])
     yield GaugeMetricFamily(f"{NS}_last_success_timestamp_seconds", "Unix time of the last accepted "
                             "PutMetricData call; 0 before the first.", value=s["last_success"])
-    req = CounterMetricFamily(f"{NS}_requests", "PutMetricData calls by result (botocore's retries "
-                              "inside one call are not counted).", labels=["result"])
-    for result, n in sorted(s["requests"].items()):
-        req.add_metric([result], n)
-    yield req
-    err = CounterMetricFamily(f"{NS}_errors", "Failed PutMetricData calls (and client set-up) by kind.",
-                              labels=["kind"])
-    for kind, n in sorted(s["errors"].items()):
-        err.add_metric([kind], n)
-    yield err
+    yield counter_by(f"{NS}_requests", "PutMetricData calls by result (botocore's retries inside one call "
+                     "are not counted).", "result", s["requests"])
+    yield counter_by(f"{NS}_errors", "Failed PutMetricData calls (and client set-up) by kind.", "kind",
+                     s["errors"])
 
 
 class CloudWatchView(View):

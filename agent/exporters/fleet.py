@@ -6,7 +6,7 @@ from typing import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from agent.exporters import View
+from agent.exporters import View, counter_by
 from agent.fleet.service import FleetStats
 from agent.models.fleet import REJECT_REASONS
 
@@ -27,22 +27,12 @@ def _render(s: FleetStats) -> Iterable[Metric]:
                               "was full.", value=s.dropped)
     yield CounterMetricFamily(f"{NS}_objects_read", "Objects of this type's partition fetched and parsed.",
                               value=s.objects_read)
-    rejected = CounterMetricFamily(f"{NS}_objects_rejected", "Objects ignored, by reason: garbage (unreadable, "
-                                   "wrong format or field, too large), foreign (another type's).",
-                                   labels=["reason"])
-    for reason in sorted(set(REJECT_REASONS) | set(s.rejected)):
-        rejected.add_metric([reason], s.rejected.get(reason, 0))
-    yield rejected
-    errors = CounterMetricFamily(f"{NS}_refresh_errors", "Failed reads (LIST, GET) of the partition by kind.",
-                                 labels=["kind"])
-    for kind, n in sorted(s.refresh_errors.items()):
-        errors.add_metric([kind], n)
-    yield errors
-    requests = CounterMetricFamily(f"{NS}_requests", "S3 requests by action (list, get, put).",
-                                   labels=["action"])
-    for action, n in sorted(s.requests.items()):
-        requests.add_metric([action], n)
-    yield requests
+    yield counter_by(f"{NS}_objects_rejected", "Objects ignored, by reason: garbage (unreadable, wrong format "
+                     "or field, too large), foreign (another type's).", "reason",
+                     {**dict.fromkeys(REJECT_REASONS, 0), **s.rejected})
+    yield counter_by(f"{NS}_refresh_errors", "Failed reads (LIST, GET) of the partition by kind.", "kind",
+                     s.refresh_errors)
+    yield counter_by(f"{NS}_requests", "S3 requests by action (list, get, put).", "action", s.requests)
     yield CounterMetricFamily(f"{NS}_refreshes", "Completed reads of the partition.", value=s.refreshes)
     yield GaugeMetricFamily(f"{NS}_last_refresh_timestamp_seconds", "Unix time of the last completed read; 0 "
                             "before the first.", value=s.last_refresh_timestamp)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from agent.exporters import NS, View
+from agent.exporters import NS, View, counter_by
 
 if TYPE_CHECKING:
     from agent.responder.stats import ResponderSnapshot
@@ -37,28 +37,16 @@ class ResponderView(View):
                                 value=float(len(snap.allowed_networks)))
         yield CounterMetricFamily(f"{NS}_responder_connections", "TCP connections accepted (control and data).",
                                   value=snap.connections)
-        tests = CounterMetricFamily(f"{NS}_responder_tests", "Tests that started (cookie and parameters "
-                                    "accepted), by result: completed (results exchanged) or aborted.",
-                                    labels=["result"])
-        for result, n in sorted(snap.tests.items()):
-            tests.add_metric([result], n)
-        yield tests
-        refused = CounterMetricFamily(f"{NS}_responder_refused", "Tests refused, by reason: not_allowed "
-                                      "(source outside the allow list), busy, rate_limited (max_tests_per_hour), "
-                                      "duration, streams, bytes (over the caps), unsupported; and, answered as "
-                                      "busy, credit_floor, would_cross_floor (this host's credit under "
-                                      "credit_floor, now or after the test), budget (hourly serving budget).",
-                                      labels=["reason"])
-        for reason, n in sorted(snap.refused.items()):
-            refused.add_metric([reason], n)
-        yield refused
-        dropped = CounterMetricFamily(f"{NS}_responder_dropped", "Connections or tests dropped for protocol "
-                                      "trouble, by reason: timeout (a state took too long), garbage, closed, "
-                                      "terminated (the client gave up), stream_error, overload.",
-                                      labels=["reason"])
-        for reason, n in sorted(snap.dropped.items()):
-            dropped.add_metric([reason], n)
-        yield dropped
+        yield counter_by(f"{NS}_responder_tests", "Tests that started (cookie and parameters accepted), by "
+                         "result: completed (results exchanged) or aborted.", "result", snap.tests)
+        yield counter_by(f"{NS}_responder_refused", "Tests refused, by reason: not_allowed (source outside the "
+                         "allow list), busy, rate_limited (max_tests_per_hour), duration, streams, bytes (over "
+                         "the caps), unsupported; and, answered as busy, credit_floor, would_cross_floor (this "
+                         "host's credit under credit_floor, now or after the test), budget (hourly serving "
+                         "budget).", "reason", snap.refused)
+        yield counter_by(f"{NS}_responder_dropped", "Connections or tests dropped for protocol trouble, by "
+                         "reason: timeout (a state took too long), garbage, closed, terminated (the client gave "
+                         "up), stream_error, overload.", "reason", snap.dropped)
         nbytes = CounterMetricFamily(f"{NS}_responder_bytes", "Test payload bytes: in = received by the "
                                      "responder, out = sent by it (counts a running test as it goes).",
                                      labels=["direction"])
