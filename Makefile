@@ -5,8 +5,8 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 # Debian 12's own Python libraries: the .deb depends on exactly these, so we develop and test on them.
 APT_RUNTIME := python3-venv python3-pyroute2 python3-prometheus-client python3-boto3 python3-systemd python3-tomli python3-bcrypt
-APT_TEST := python3-psutil nftables iputils-ping iputils-tracepath iperf3 prometheus prometheus-node-exporter iproute2 ethtool lintian rpm debootstrap dpkg-dev fakeroot systemd procps curl debhelper dh-python rpmlint cpio man-db python3-hypothesis openssl
-PIP_TEST := pytest==8.3.4 ruff==0.8.4 mypy==1.13.0 vermin==1.6.0 duckdb==1.1.3
+APT_TEST := python3-psutil nftables iputils-ping iputils-tracepath iperf3 prometheus prometheus-node-exporter iproute2 ethtool lintian rpm debootstrap dpkg-dev fakeroot systemd procps curl debhelper dh-python rpmlint cpio man-db python3-hypothesis openssl podman runc catatonit
+PIP_TEST := pytest==8.3.4 ruff==0.8.4 mypy==1.13.0 vermin==1.6.0 duckdb==1.1.3 kubernetes-validate==1.37.0
 MOTO := .venv-moto
 # Amazon Linux 2023 runs Python 3.9: the unit tests also run there, on the library versions the .deb's
 # Debian 12 packages pin (the .rpm bundles the same ones). This machine's image has it under pyenv.
@@ -35,11 +35,24 @@ $(VENV)/.deps: pyproject.toml
 run: deps
 	$(VENV)/bin/burstwatch run --config agent/data/default.toml
 
-test-deps: $(VENV)/.test-deps
+test-deps: $(VENV)/.test-deps .tools/bin/helm .tools/crds/.done
 $(VENV)/.test-deps: $(VENV)/.deps Makefile
 	$(call apt_ensure,$(APT_TEST))
 	$(VPY) -m pip install -q $(PIP_TEST)
 	test -x $(MOTO)/bin/moto_server || ($(PY) -m venv $(MOTO) && $(MOTO)/bin/pip install -q "moto[server]==5.0.22")
+	touch $@
+
+# Helm (tests/kubernetes) and prometheus-operator's CRDs (to validate the chart's ServiceMonitor,
+# PodMonitor and PrometheusRule), both from the Go module proxy; .tools/ is git-ignored.
+GO ?= $(firstword $(wildcard /usr/local/go/bin/go) $(shell command -v go))
+HELM_VERSION := v3.16.4
+PROMETHEUS_OPERATOR_VERSION := v0.79.2
+.tools/bin/helm:
+	GOFLAGS=-mod=mod GOBIN=$(CURDIR)/.tools/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+.tools/crds/.done:
+	mkdir -p .tools/crds
+	dir=$$(GOFLAGS=-mod=mod $(GO) mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') && \
+	  cp "$$dir"/example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,podmonitors,prometheusrules}.yaml .tools/crds/
 	touch $@
 
 lint: test-deps

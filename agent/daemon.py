@@ -119,7 +119,7 @@ class Daemon:
             next_tick += self.cfg.sample_interval
             if next_tick < now:
                 next_tick = now + self.cfg.sample_interval
-            healthy = snap.collectors.get("netdev") is not None and snap.collectors["netdev"].success
+            healthy = snap.steps.get("netdev") is not None and snap.steps["netdev"].success
             if wd is not None and healthy and now - last_wd >= wd:
                 notify("WATCHDOG=1")
                 last_wd = now

@@ -23,12 +23,12 @@ from agent.models.catalogue import forget_catalogue
 from agent.models.profile import BandwidthProfile
 from agent.readers.ethtool import IoctlEthtoolReader
 from agent.readers.imds import Eni
-from agent.readers.spool import Spool, SpoolStats
-from agent.readers.statefile import WRITE_ERRORS
-from agent.sampling.ethtool import EthtoolCollector
-from agent.sampling.netdev import NetdevCollector
+from agent.sampling.ethtool import EthtoolStep
+from agent.sampling.netdev import NetdevStep
 from agent.sampling.pipeline import Sampler, Snapshot
-from agent.sampling.shaping import ShapingCollector
+from agent.sampling.shaping import ShapingStep
+from agent.writers.spool import Spool, SpoolStats
+from agent.writers.statefile import WRITE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class Agent:
     interfaces: list[str] = field(default_factory=list)
     sampler: Optional[Sampler] = None
     credits: Optional[CreditTracker] = None
-    ethtool: Optional[EthtoolCollector] = None
+    ethtool: Optional[EthtoolStep] = None
     checks: Optional[CheckRunner] = None
     responder: Optional[Any] = None
     probes: Optional[Any] = None
@@ -155,12 +155,12 @@ def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
     # The sampling pipeline: netdev -> ethtool -> shaping -> credits, in Sampler.step's one order.
     reader = IoctlEthtoolReader()
     a.shutdown_hooks.append(reader.close)
-    a.ethtool = EthtoolCollector(interfaces, reader, include=cfg.metrics.ethtool_include)
+    a.ethtool = EthtoolStep(interfaces, reader, include=cfg.metrics.ethtool_include)
     c = cfg.credits
-    shaping = ShapingCollector(c.shaping_source, interfaces, c.tc_in_interface, c.tc_out_interface)
+    shaping = ShapingStep(c.shaping_source, interfaces, c.tc_in_interface, c.tc_out_interface)
     a.credits = CreditTracker(a.profile, cfg.state_dir, c, paths.procfs)
     a.shutdown_hooks.append(a.credits.save)
-    a.sampler = Sampler(NetdevCollector(interfaces, paths.procfs, paths.sysfs), cfg.effective_rate_window,
+    a.sampler = Sampler(NetdevStep(interfaces, paths.procfs, paths.sysfs), cfg.effective_rate_window,
                         ethtool=a.ethtool, shaping=shaping, credits=a.credits)
 
     a.checks = CheckRunner(subprocess_executor(config_path))

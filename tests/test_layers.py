@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent / "agent"
 # Bottom to top. A module may import from its own layer's package and from any layer below it.
 LAYERS: list[tuple[str, ...]] = [
     ("agent", "agent.config", "agent.isolate", "agent.notify"),          # foundation
-    ("agent.readers",),                                                  # OS, IMDS, AWS: read and parse
+    ("agent.readers", "agent.writers"),         # OS, IMDS, AWS: read and parse; state files, spools, uploads
     ("agent.models",),                                                   # pure: figures in, figures out
     ("agent.sampling", "agent.discovery", "agent.iperf3"),               # sampling steps, discovery, protocol
     ("agent.credits", "agent.checks", "agent.probes", "agent.responder", "agent.cloudwatch", "agent.fleet"),  # services

@@ -24,7 +24,7 @@ from agent.models.cw_aggregate import Backlog, BatchLimits, Datum, Dims, PeriodA
 from agent.models.units import DIRECTIONS
 from agent.readers import aws
 from agent.readers.aws import ERROR_KINDS, classify
-from agent.readers.spool import Spool
+from agent.writers.spool import Spool
 
 if TYPE_CHECKING:
     from agent.sampling.pipeline import Snapshot
@@ -137,7 +137,7 @@ class CloudWatchPublisher:
     return the latest verdicts and probe results, read once per flush.
 
     With `spool_dir` (and [cloudwatch] spool on), every flush's datums are written there before they are
-    sent (one file per flush: agent/readers/spool.py) and deleted once CloudWatch accepted them, so a
+    sent (one file per flush: agent/writers/spool.py) and deleted once CloudWatch accepted them, so a
     restart or a kill during an outage loses no closed period: the next start sends them first, in order.
     Only the period still open at a kill -9 (at most one period and the grace) is lost."""
 

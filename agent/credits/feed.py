@@ -12,7 +12,7 @@ from agent.models.counters import CounterTracker, InterfaceDelta
 from agent.models.credit_model import SAVE_MOVEMENT_FRACTION, CreditEstimator, CreditReading
 from agent.models.profile import BandwidthProfile
 from agent.models.shaping import ShapingReading
-from agent.readers.statefile import boottime
+from agent.writers.statefile import boottime
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 from agent.models.counters import CounterTracker
 from agent.models.credit_model import CreditEstimator
 from agent.readers.netdev import NetDevCounters
-from agent.readers.statefile import JsonStore, boottime, read_boot_id
+from agent.writers.statefile import JsonStore, boottime, read_boot_id
 
 log = logging.getLogger(__name__)
 

@@ -100,7 +100,7 @@ class SamplerView(View):
                                labels=["collector"])
         dur = GaugeMetricFamily(f"{NS}_collector_duration_seconds", "Duration of the collector's last run.",
                                 labels=["collector"])
-        for name, st in sorted(snap.collectors.items()):
+        for name, st in sorted(snap.steps.items()):
             ok.add_metric([name], 1.0 if st.success else 0.0)
             dur.add_metric([name], st.duration)
         yield ok

@@ -7,7 +7,7 @@ from typing import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from agent.exporters import NS, View
-from agent.readers.spool import DROP_REASONS, SpoolStats
+from agent.writers.spool import DROP_REASONS, SpoolStats
 
 
 def _render(errors: dict[str, int], spools: list[SpoolStats], every: bool = False) -> Iterable[Metric]:
@@ -40,7 +40,7 @@ def _render(errors: dict[str, int], spools: list[SpoolStats], every: bool = Fals
 
 
 class StateView(View):
-    """Renders the write-error counts of agent/readers/statefile.py (WRITE_ERRORS) and each spool's stats;
+    """Renders the write-error counts of agent/writers/statefile.py (WRITE_ERRORS) and each spool's stats;
     the spool families only when a spool is in use."""
 
     FAMILIES = tuple((m.name, m.type) for m in _render({}, [], every=True))

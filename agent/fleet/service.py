@@ -22,9 +22,9 @@ from agent.models.fleet import (
     worth_publishing,
 )
 from agent.readers import aws
-from agent.readers.s3queue import RETRY_PAUSE, RETRY_PAUSE_MAX, UploadQueue
-from agent.readers.spool import Spool
-from agent.readers.statefile import JsonStore
+from agent.writers.s3queue import RETRY_PAUSE, RETRY_PAUSE_MAX, UploadQueue
+from agent.writers.spool import Spool
+from agent.writers.statefile import JsonStore
 
 log = logging.getLogger(__name__)
 

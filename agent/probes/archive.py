@@ -13,9 +13,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from agent.readers import aws, s3queue
-from agent.readers.s3queue import RETRY_PAUSE, RETRY_PAUSE_MAX, UploadQueue
-from agent.readers.spool import Spool
+from agent.readers import aws
+from agent.writers import s3queue
+from agent.writers.s3queue import RETRY_PAUSE, RETRY_PAUSE_MAX, UploadQueue
+from agent.writers.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def probe_timestamp(doc: dict[str, Any], default: float) -> float:
 
 
 class S3Archive:
-    """Uploads on its own thread (agent.readers.s3queue.UploadQueue), so a slow or unreachable S3 never
+    """Uploads on its own thread (agent.writers.s3queue.UploadQueue), so a slow or unreachable S3 never
     delays a probe. `submit()` only encodes and queues; a failed upload stays at the head of the backlog
     and is retried after a pause.
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 from agent.readers import aws
-from agent.readers.statefile import JsonStore
+from agent.writers.statefile import JsonStore
 
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET

@@ -12,34 +12,34 @@ from agent.readers.errors import NotSupported
 log = logging.getLogger(__name__)
 
 
-class Collector(Protocol):
+class Step(Protocol):
     name: str
 
-    def collect(self, *args: Any) -> Any:
+    def run(self, *args: Any) -> Any:
         """Read once; raise NotSupported when there is nothing to read here."""
 
 
 @dataclass
-class CollectorStatus:
+class StepStatus:
     success: bool = False
     duration: float = 0.0
     supported: bool = True
 
 
-def run_collector(collector: Collector, status: dict[str, CollectorStatus], *args: Any,
+def run_step(step: Step, status: dict[str, StepStatus], *args: Any,
                   clock: Callable[[], float] = time.perf_counter) -> Any:
-    """Run one step (`collector.collect(*args)`), record its success and duration, and return its reading
+    """Run one step (`step.run(*args)`), record its success and duration, and return its reading
     (None on failure): the one wrapper that times every step, like node_exporter's execute()."""
     start = clock()
-    st = status.setdefault(collector.name, CollectorStatus())
+    st = status.setdefault(step.name, StepStatus())
     try:
-        result = collector.collect(*args)
+        result = step.run(*args)
     except NotSupported as exc:
         if st.supported:
-            log.debug("collector=%s not supported here: %s", collector.name, exc)
+            log.debug("step=%s not supported here: %s", step.name, exc)
         st.success, st.supported, result = False, False, None
     except Exception:
-        log.exception("collector=%s failed", collector.name)
+        log.exception("step=%s failed", step.name)
         st.success, st.supported, result = False, True, None
     else:
         st.success, st.supported = True, True

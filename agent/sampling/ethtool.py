@@ -36,7 +36,7 @@ class _State:
     driver_age: int = DRIVER_REFRESH_SAMPLES
 
 
-class EthtoolCollector:
+class EthtoolStep:
     """Reads every ethtool statistic of the monitored interfaces and keeps the ENA ones that matter
     (plus `include`). Interfaces without statistics (lo, some virtual devices) or gone are left out;
     when none has any, the step is "not supported" here. Counters go through CounterSet, so driver
@@ -56,7 +56,7 @@ class EthtoolCollector:
     def _keep(self, name: str) -> bool:
         return name in DEFAULT_STATS or name in self.include
 
-    def collect(self) -> dict[str, InterfaceEthtool]:
+    def run(self) -> dict[str, InterfaceEthtool]:
         now = self._clock()
         dt = 0.0 if self._last_t is None else now - self._last_t
         self._last_t = now

@@ -7,7 +7,7 @@ from typing import Callable
 from agent.readers.netdev import NetDevCounters, NetDevReader, parse_proc_net_dev
 
 
-class NetdevCollector:
+class NetdevStep:
     name = "netdev"
 
     def __init__(self, interfaces: Callable[[], list[str]], procfs: str = "/proc", sysfs: str = "/sys") -> None:
@@ -15,7 +15,7 @@ class NetdevCollector:
         self.procfs, self.sysfs = procfs, sysfs
         self.reader = NetDevReader(procfs, sysfs)
 
-    def collect(self) -> dict[str, tuple[int | None, NetDevCounters]]:
+    def run(self) -> dict[str, tuple[int | None, NetDevCounters]]:
         """interface -> (ifindex, counters) for the monitored interfaces that exist now.
 
         One read of /proc/net/dev covers every interface; the ifindex read lets the tracker tell a

@@ -11,10 +11,10 @@ from agent.models.counters import CounterTracker, InterfaceDelta
 from agent.models.credit_model import CreditReading
 from agent.models.shaping import ShapingReading
 from agent.readers.netdev import NetDevCounters
-from agent.sampling import CollectorStatus, run_collector
-from agent.sampling.ethtool import EthtoolCollector, InterfaceEthtool
-from agent.sampling.netdev import NetdevCollector
-from agent.sampling.shaping import ShapingCollector
+from agent.sampling import StepStatus, run_step
+from agent.sampling.ethtool import EthtoolStep, InterfaceEthtool
+from agent.sampling.netdev import NetdevStep
+from agent.sampling.shaping import ShapingStep
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class Snapshot:
     resets: dict[str, int]
     sample_duration: float
     samples_total: int
-    collectors: dict[str, CollectorStatus]
+    steps: dict[str, StepStatus]
     # Each later step's reading; None when the step is not configured, not supported here or failed.
     ethtool: Optional[dict[str, InterfaceEthtool]] = None
     shaping: Optional[ShapingReading] = None
@@ -48,10 +48,10 @@ class CreditStep(Protocol):
 
 class Sampler:
     """Runs the steps in their one order, each fed the readings of the steps before it. A step's failure
-    is recorded in its collector status and leaves its reading None; it never fails the sample."""
+    is recorded in its step status and leaves its reading None; it never fails the sample."""
 
-    def __init__(self, netdev: NetdevCollector, rate_window: float,
-                 ethtool: Optional[EthtoolCollector] = None, shaping: Optional[ShapingCollector] = None,
+    def __init__(self, netdev: NetdevStep, rate_window: float,
+                 ethtool: Optional[EthtoolStep] = None, shaping: Optional[ShapingStep] = None,
                  credits: Optional[CreditStep] = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self.netdev = netdev
@@ -59,7 +59,7 @@ class Sampler:
         self.shaping = shaping
         self.credits = credits
         self.tracker = CounterTracker(rate_window)
-        self.status: dict[str, CollectorStatus] = {}
+        self.status: dict[str, StepStatus] = {}
         self.clock, self.wall = clock, wall
         self.samples_total = 0
         self.latest: Optional[Snapshot] = None
@@ -68,15 +68,15 @@ class Sampler:
         start = time.perf_counter()
         now = self.clock()
         # 1. netdev: bytes and packets per interface -> safe deltas and windowed rates.
-        readings = run_collector(self.netdev, self.status)
+        readings = run_step(self.netdev, self.status)
         deltas = self.tracker.update(now, readings or {})
         dt = max((d.dt for d in deltas.values()), default=0.0)
         # 2. ethtool: the ENA statistics, with reset-safe totals and this sample's increases.
-        ethtool = run_collector(self.ethtool, self.status) if self.ethtool is not None else None
+        ethtool = run_step(self.ethtool, self.status) if self.ethtool is not None else None
         # 3. shaping: a pure function of step 2's reading (or the tc qdiscs).
         shaping = None
         if self.shaping is not None:
-            shaping = run_collector(self.shaping, self.status, ethtool, dt)
+            shaping = run_step(self.shaping, self.status, ethtool, dt)
             if shaping is None:
                 shaping = self.shaping.stale()
         # 4. credits: the bucket model, fed this sample's bytes and shaping increase.
@@ -97,7 +97,7 @@ class Sampler:
             resets=dict(self.tracker.resets_total),
             sample_duration=time.perf_counter() - start,
             samples_total=self.samples_total,
-            collectors={k: CollectorStatus(v.success, v.duration, v.supported) for k, v in self.status.items()},
+            steps={k: StepStatus(v.success, v.duration, v.supported) for k, v in self.status.items()},
             ethtool=ethtool,
             shaping=shaping,
             credits=credits,

@@ -13,7 +13,7 @@ from agent.sampling.ethtool import InterfaceEthtool
 log = logging.getLogger(__name__)
 
 
-class ShapingCollector:
+class ShapingStep:
     """The shaping signal per direction from one source: `ethtool`, `tc`, or `auto`: ethtool when the
     driver has the allowance counters, else the qdiscs of `tc_out_interface`/`tc_in_interface` when
     configured. With ethtool it is a pure function of this sample's ethtool reading (the increases the
@@ -80,7 +80,7 @@ class ShapingCollector:
             self.source = "tc"
         return increase
 
-    def collect(self, ethtool: Optional[Mapping[str, InterfaceEthtool]] = None,
+    def run(self, ethtool: Optional[Mapping[str, InterfaceEthtool]] = None,
                 dt: float = 0.0) -> ShapingReading:
         try:
             increase = self._read(ethtool, dt)

@@ -1,6 +1,6 @@
 """A wall-clock step while the daemon is down (NTP correcting a bad clock, a VM restored from a snapshot)
 does not change how the credit state is restored: the gap since the save is measured on CLOCK_BOOTTIME
-(agent/readers/statefile.py boottime()), which settimeofday does not move. The pipeline the daemon builds
+(agent/writers/statefile.py boottime()), which settimeofday does not move. The pipeline the daemon builds
 (wiring.build) runs on fixture /proc files with the credit service's boot clock injected, saves, and is
 built again after 10 s of boot time with the wall clock stepped by a day either way."""
 

@@ -16,7 +16,7 @@ import pytest
 
 from agent.probes.archive import parse_spool_record
 from agent.readers import aws
-from agent.readers.spool import Spool
+from agent.writers.spool import Spool
 from tests.conftest import ROOT, _real_create_connection, require_root_tools, wait_until
 from tests.support.credit_lab import parse_metrics
 from tests.support.lab import Lab, run_in_ns

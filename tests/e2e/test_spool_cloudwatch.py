@@ -16,7 +16,7 @@ import pytest
 
 from agent.cloudwatch.publisher import decode_batch
 from agent.readers import aws
-from agent.readers.spool import Spool
+from agent.writers.spool import Spool
 from tests.conftest import ROOT, free_port, scrape_metrics, wait_port, wait_until
 from tests.support.throttle_proxy import ThrottleProxy
 

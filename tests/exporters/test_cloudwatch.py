@@ -48,7 +48,7 @@ def snapshot(t: float, credits: Optional[dict[str, CreditReading]] = None,
              rates: Optional[dict[str, float]] = None, shaping: Optional[ShapingReading] = None) -> Snapshot:
     """A real sampler Snapshot with only what the publisher reads filled in."""
     return Snapshot(wall_time=t, interfaces=("eth0",), raw={}, totals={}, interface_rates={},
-                    instance_rates=rates, resets={}, sample_duration=0.001, samples_total=1, collectors={},
+                    instance_rates=rates, resets={}, sample_duration=0.001, samples_total=1, steps={},
                     credits=credits, shaping=shaping)
 
 

@@ -11,15 +11,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.exporters.ena import EnaView, in_tree_label
 from agent.readers.ethtool import FixtureEthtoolReader
-from agent.sampling.ethtool import EthtoolCollector
+from agent.sampling.ethtool import EthtoolStep
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ethtool"
 
 
 def _registry(dirs: dict[str, str], include: tuple[str, ...] = ()) -> CollectorRegistry:
-    c = EthtoolCollector(lambda: list(dirs), FixtureEthtoolReader({k: FIXTURES / v for k, v in dirs.items()}),
+    c = EthtoolStep(lambda: list(dirs), FixtureEthtoolReader({k: FIXTURES / v for k, v in dirs.items()}),
                          include=include)
-    reading = c.collect()
+    reading = c.run()
     reg = CollectorRegistry(auto_describe=False)
     reg.register(EnaView(lambda: reading))
     return reg

@@ -1,7 +1,7 @@
 """Fuzzing the ethtool parsers: captured `ethtool -S/-i/-l/-g` text and the SIOCETHTOOL replies.
 
 The text parsers serve FixtureEthtoolReader, whose callers (the ethtool and shaping sampling steps, under
-sampling.run_collector) treat NotSupported as "nothing here" and anything else as a failed collection.
+sampling.run_step) treat NotSupported as "nothing here" and anything else as a failed collection.
 What each parser documents, and so what the properties allow: parse_ethtool_S raises NotSupported ("no
 stats available"); parse_ethtool_i raises ValueError without a `driver:` line; parse_ethtool_l/_g raise
 ValueError without either section. Statistics are u64 counters (ethtool prints them with %llu), channel

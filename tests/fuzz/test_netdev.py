@@ -1,7 +1,7 @@
 """Fuzzing the /proc/net/dev parser: the kernel's format round-trips for any legal interface name, and
 anything else is either parsed into unsigned counters or refused with ValueError.
 
-Its caller, the netdev collector, runs under sampling.run_collector, which records a failure (and logs it)
+Its caller, the netdev collector, runs under sampling.run_step, which records a failure (and logs it)
 for any exception; ValueError is the one the parser documents, so another type is a bug. Counters feed
 the credit model as cumulative u64s, so a negative value must never come out."""
 

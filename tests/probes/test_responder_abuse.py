@@ -395,7 +395,7 @@ hourly_budget_per_source_bytes = 1125899906842624
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(0.2)
         idle_fds = ps.num_fds()
-        # Collectors that work here (ethtool has nothing to say about lo) must keep working.
+        # Sampling steps that work here (ethtool has nothing to say about lo) must keep working.
         working = {k for k, v in scrape(mport).items() if k.startswith("burstwatch_collector_success") and v == 1}
         assert 'burstwatch_collector_success{collector="netdev"}' in working
         worst_fds, scrapes, worst_age = 0, 0, 0.0

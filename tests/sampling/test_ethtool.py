@@ -10,12 +10,12 @@ import pytest
 from agent.models.ena import ena_features
 from agent.models.shaping import ethtool_shaping
 from agent.readers.ethtool import FixtureEthtoolReader, IoctlEthtoolReader, parse_ethtool_S
-from agent.sampling import CollectorStatus, NotSupported, run_collector
+from agent.sampling import NotSupported, StepStatus, run_step
 from agent.sampling.ethtool import (
     DEFAULT_STATS,
-    EthtoolCollector,
+    EthtoolStep,
 )
-from agent.sampling.netdev import NetdevCollector
+from agent.sampling.netdev import NetdevStep
 from agent.sampling.pipeline import Sampler
 from tests.conftest import require_root_tools
 from tests.support.lab import Lab, run_in_ns
@@ -63,53 +63,53 @@ def test_features_from_names() -> None:
 
 
 def test_keeps_only_ena_stats_and_the_include_list(tmp_path: Path) -> None:
-    c = EthtoolCollector(lambda: ["eth0"], FixtureEthtoolReader({"eth0": CURRENT}))
-    r = c.collect()["eth0"]
+    c = EthtoolStep(lambda: ["eth0"], FixtureEthtoolReader({"eth0": CURRENT}))
+    r = c.run()["eth0"]
     assert set(r.raw) == DEFAULT_STATS                      # 16 of 172: no per-queue series by default
     assert r.totals["bw_in_allowance_exceeded"] == 3241329  # first sight: the driver's own cumulative value
     assert "conntrack_allowance_available" not in r.totals  # a gauge, never accumulated
     assert r.driver is not None and r.driver.version == "2.12.3g"
-    c2 = EthtoolCollector(lambda: ["eth0"], FixtureEthtoolReader({"eth0": CURRENT}),
+    c2 = EthtoolStep(lambda: ["eth0"], FixtureEthtoolReader({"eth0": CURRENT}),
                           include=["queue_0_tx_queue_stop", "no_such_stat"])
-    raw = c2.collect()["eth0"].raw
+    raw = c2.run()["eth0"].raw
     assert "queue_0_tx_queue_stop" in raw and "no_such_stat" not in raw and "queue_1_tx_queue_stop" not in raw
 
 
 def test_counters_survive_a_driver_reset(tmp_path: Path) -> None:
     d = _copy(tmp_path)
     clock = Clock()
-    c = EthtoolCollector(lambda: ["eth0"], FixtureEthtoolReader({"eth0": d}), clock=clock)
-    assert c.collect()["eth0"].totals["bw_out_allowance_exceeded"] == 530
+    c = EthtoolStep(lambda: ["eth0"], FixtureEthtoolReader({"eth0": d}), clock=clock)
+    assert c.run()["eth0"].totals["bw_out_allowance_exceeded"] == 530
     clock.t += 1
     _set_stat(d, "bw_out_allowance_exceeded", 800)
-    assert c.collect()["eth0"].totals["bw_out_allowance_exceeded"] == 800
+    assert c.run()["eth0"].totals["bw_out_allowance_exceeded"] == 800
     clock.t += 1
     _set_stat(d, "bw_out_allowance_exceeded", 40)          # driver reset: restarted from zero
-    r = c.collect()["eth0"]
+    r = c.run()["eth0"]
     assert r.totals["bw_out_allowance_exceeded"] == 840 and r.resets == 1
     assert r.raw["bw_out_allowance_exceeded"] == 40
     clock.t += 1
     _set_stat(d, "bw_out_allowance_exceeded", 50)
-    assert c.collect()["eth0"].totals["bw_out_allowance_exceeded"] == 850
+    assert c.run()["eth0"].totals["bw_out_allowance_exceeded"] == 850
 
 
 def test_unsupported_gone_and_broken_interfaces(tmp_path: Path) -> None:
-    status: dict[str, CollectorStatus] = {}
+    status: dict[str, StepStatus] = {}
     nostats = tmp_path / "nostats"
     nostats.mkdir()
     (nostats / "i.txt").write_text((CURRENT / "i.txt").read_text())
-    c = EthtoolCollector(lambda: ["lo"], FixtureEthtoolReader({"lo": nostats}))
+    c = EthtoolStep(lambda: ["lo"], FixtureEthtoolReader({"lo": nostats}))
     with pytest.raises(NotSupported):
-        c.collect()
-    assert run_collector(c, status) is None and status["ethtool"].supported is False
+        c.run()
+    assert run_step(c, status) is None and status["ethtool"].supported is False
     # a monitored interface that is gone is left out; the others are still read
-    c = EthtoolCollector(lambda: ["eth0", "eth9"], FixtureEthtoolReader({"eth0": CURRENT}))
-    assert set(c.collect()) == {"eth0"}
+    c = EthtoolStep(lambda: ["eth0", "eth9"], FixtureEthtoolReader({"eth0": CURRENT}))
+    assert set(c.run()) == {"eth0"}
     # an unexpected reader error is a collector failure (success 0), never a crash
     broken = tmp_path / "broken"
     (broken / "S.txt").mkdir(parents=True)                 # reading it raises IsADirectoryError
-    c = EthtoolCollector(lambda: ["eth0"], FixtureEthtoolReader({"eth0": broken}))
-    assert run_collector(c, status) is None
+    c = EthtoolStep(lambda: ["eth0"], FixtureEthtoolReader({"eth0": broken}))
+    assert run_step(c, status) is None
     assert status["ethtool"].success is False and status["ethtool"].supported is True
 
 
@@ -117,22 +117,22 @@ def test_sampler_runs_the_ethtool_step(tmp_path: Path) -> None:
     proc = tmp_path / "proc"
     (proc / "net").mkdir(parents=True)
     shutil.copy(Path(__file__).resolve().parent.parent / "fixtures" / "proc_net_dev.txt", proc / "net" / "dev")
-    c = EthtoolCollector(lambda: ["eth0"], FixtureEthtoolReader({"eth0": CURRENT}))
-    sampler = Sampler(NetdevCollector(lambda: ["eth0"], str(proc), str(tmp_path)), 1.0, ethtool=c)
+    c = EthtoolStep(lambda: ["eth0"], FixtureEthtoolReader({"eth0": CURRENT}))
+    sampler = Sampler(NetdevStep(lambda: ["eth0"], str(proc), str(tmp_path)), 1.0, ethtool=c)
     snap = sampler.step()
     assert snap.ethtool is not None and snap.ethtool["eth0"].raw["pps_allowance_exceeded"] == 784
-    assert snap.collectors["ethtool"].success is True
+    assert snap.steps["ethtool"].success is True
 
 
 @pytest.mark.netns
-def test_collector_over_the_real_ioctl_reader() -> None:
+def test_step_over_the_real_ioctl_reader() -> None:
     require_root_tools("ip", "ping")
     with Lab() as lab:
         a, b = lab.host("a"), lab.host("b")
         ia, _ = lab.link(a, b, "10.97.0.1/24", "10.97.0.2/24")
         reader = run_in_ns(a, IoctlEthtoolReader)
-        c = EthtoolCollector(lambda: [ia, "lo", "gone0"], reader, include=["peer_ifindex", "rx_queue_0_drops"])
-        out = run_in_ns(a, c.collect)
+        c = EthtoolStep(lambda: [ia, "lo", "gone0"], reader, include=["peer_ifindex", "rx_queue_0_drops"])
+        out = run_in_ns(a, c.run)
         assert set(out) == {ia}                              # lo has no statistics, gone0 does not exist
         assert set(out[ia].raw) == {"peer_ifindex", "rx_queue_0_drops"}
         assert out[ia].driver is not None and out[ia].driver.driver == "veth"

@@ -9,10 +9,10 @@ from agent.models.counters import CounterTracker, InterfaceDelta
 from agent.models.credit_model import CreditReading
 from agent.models.shaping import ShapingReading
 from agent.readers.errors import NotSupported
-from agent.sampling.ethtool import EthtoolCollector
-from agent.sampling.netdev import NetdevCollector
+from agent.sampling.ethtool import EthtoolStep
+from agent.sampling.netdev import NetdevStep
 from agent.sampling.pipeline import Sampler
-from agent.sampling.shaping import ShapingCollector
+from agent.sampling.shaping import ShapingStep
 
 HEADER = ("Inter-|   Receive                                                |  Transmit\n"
           " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo "
@@ -60,9 +60,9 @@ class RecordingCredits:
 def _sampler(tmp_path: Path, ifs: list[str]) -> tuple[Sampler, Proc, Stats, RecordingCredits]:
     proc, stats, credits = Proc(tmp_path / "proc"), Stats(), RecordingCredits()
     clock = iter(float(i) for i in range(1000))
-    sampler = Sampler(NetdevCollector(lambda: ifs, str(tmp_path / "proc"), str(tmp_path)), 1.0,
-                      ethtool=EthtoolCollector(lambda: ifs, stats, clock=lambda: 0.0),  # type: ignore[arg-type]
-                      shaping=ShapingCollector("auto", lambda: ifs), credits=credits,
+    sampler = Sampler(NetdevStep(lambda: ifs, str(tmp_path / "proc"), str(tmp_path)), 1.0,
+                      ethtool=EthtoolStep(lambda: ifs, stats, clock=lambda: 0.0),  # type: ignore[arg-type]
+                      shaping=ShapingStep("auto", lambda: ifs), credits=credits,
                       clock=lambda: next(clock))
     return sampler, proc, stats, credits
 
@@ -137,7 +137,7 @@ def test_a_failed_shaping_read_keeps_the_total_and_rebaselines(tmp_path: Path) -
     sampler.step()
     stats.values["eth0"] = {}                      # the allowance counters vanish (driver swapped)
     snap = sampler.step()
-    assert snap.collectors["shaping"].success is False
+    assert snap.steps["shaping"].success is False
     assert snap.shaping is not None and snap.shaping.total == {"in": 5, "out": 0} and snap.shaping.increase == {}
     _set(stats, "eth0", 20, 0)
     snap = sampler.step()

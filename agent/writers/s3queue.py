@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 from agent.readers import aws
-from agent.readers.spool import Spool
+from agent.writers.spool import Spool
 
 # Pause after a failed upload (botocore's standard mode has already retried it), doubling up to the cap.
 RETRY_PAUSE = 2.0

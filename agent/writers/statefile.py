@@ -56,7 +56,7 @@ class WriteErrors:
 
 
 # One per process, like prometheus_client's REGISTRY: every writer under state_dir counts here (JsonStore
-# and readers/spool.py), so callers in other layers need not pass anything along.
+# and writers/spool.py), so callers in other layers need not pass anything along.
 WRITE_ERRORS = WriteErrors()
 
 

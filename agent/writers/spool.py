@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from agent.readers.statefile import WRITE_ERRORS
+from agent.writers.statefile import WRITE_ERRORS
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.readers import spool as spoolmod
-from agent.readers.spool import Spool, frame, unframe
-from agent.readers.statefile import WRITE_ERRORS, JsonStore
+from agent.writers import spool as spoolmod
+from agent.writers.spool import Spool, frame, unframe
+from agent.writers.statefile import WRITE_ERRORS, JsonStore
 from tests.conftest import ROOT
 
 
@@ -129,7 +129,7 @@ def test_json_store_counts_failed_saves_and_never_raises(tmp_path: Path, caplog:
 WRITER = """
 import sys
 from pathlib import Path
-from agent.readers.spool import Spool
+from agent.writers.spool import Spool
 s = Spool(Path(sys.argv[1]), "kill", 1_000_000, 1 << 34)
 n = len(s.load())
 print("ready", flush=True)
