@@ -1,8 +1,8 @@
 """Network-namespace lab: throwaway hosts joined by veth, with tc shaping; always cleaned up.
 
 Every namespace and link is created inside namespaces this harness owns (names carry a per-run
-prefix), addresses are 10.x/192.168.x inside them only, and `close()` deletes them all even when
-the test failed. Nothing here touches the host's own interfaces.
+prefix), addresses are 10.x/192.168.x and ULA fd00::/8 inside them only, and `close()` deletes them
+all even when the test failed. Nothing here touches the host's own interfaces.
 """
 
 from __future__ import annotations
@@ -65,13 +65,20 @@ class Lab:
         self._links = 0
 
     # -- hosts and links ----------------------------------------------------------------------
-    def host(self, name: str, forwarding: bool = False) -> str:
+    def host(self, name: str, forwarding: bool = False, ipv6: bool = False) -> str:
         ns = f"{self.prefix}-{name}"
         sh("ip", "netns", "add", ns)
         self.namespaces.append(ns)
         self.run(ns, "ip", "link", "set", "lo", "up")
         if forwarding:
             self.run(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        if ipv6:
+            # No duplicate address detection on the links made later: a tentative link-local address
+            # delays everything by ~1 s and a router cannot send neighbour solicitations until it is
+            # valid (Linux ndisc_send_ns needs a non-tentative link-local source).
+            self.run(ns, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
+            if forwarding:
+                self.run(ns, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
         return ns
 
     def link(self, a: str, b: str, addr_a: Optional[str], addr_b: Optional[str], mtu: int = 1500,
@@ -86,10 +93,27 @@ class Lab:
         self.run(a, "ip", "link", "set", tmp_a, "name", ia)
         self.run(b, "ip", "link", "set", tmp_b, "name", ib)
         for ns, ifname, addr in ((a, ia, addr_a), (b, ib, addr_b)):
-            if addr:
-                self.run(ns, "ip", "addr", "add", addr, "dev", ifname)
+            if addr:   # IPv6 addresses are usable at once (nodad), see host(ipv6=True)
+                self.run(ns, "ip", "addr", "add", addr, "dev", ifname, *(["nodad"] if ":" in addr else []))
             self.run(ns, "ip", "link", "set", ifname, "up")
         return ia, ib
+
+    def wait_ipv6(self, *namespaces: str, timeout: float = 5.0) -> None:
+        """Wait until every interface that is up in these namespaces has its IPv6 link-local address. Linux
+        adds it only when the carrier-up event is processed (linkwatch, up to ~1 s after `ip link set up`),
+        and until then a router sends no neighbour solicitations, so the first packets wait or vanish."""
+        deadline = time.monotonic() + timeout
+        for ns in namespaces:
+            while True:
+                up = {line.split(":")[1].strip().split("@")[0]
+                      for line in self.run(ns, "ip", "-o", "link", "show", "up").stdout.splitlines()}
+                lls = self.run(ns, "ip", "-6", "-o", "addr", "show", "scope", "link", "-tentative").stdout
+                ready = {line.split()[1] for line in lls.splitlines()}
+                if up - {"lo"} <= ready:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{ns}: no IPv6 link-local address on {sorted(up - {'lo'} - ready)}")
+                time.sleep(0.05)
 
     # -- running things -----------------------------------------------------------------------
     def run(self, ns: str, *cmd: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess:
