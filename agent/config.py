@@ -1,18 +1,30 @@
-"""Load, validate and describe burstwatch's TOML configuration."""
+"""burstwatch's TOML configuration: every key, its default, range, check and doc, as dataclasses; load it.
+
+Values are checked in agent/config_checks.py; TOML is read into these dataclasses by agent/config_loader.py.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import ipaddress
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Union, get_args, get_origin, get_type_hints
+from typing import Any, Callable, Optional
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Amazon Linux 2023 ships Python 3.9, which has no tomllib
-    import tomli as tomllib
+from agent.config_checks import (
+    Validator,
+    check_abs_path,
+    check_bcrypt_users,
+    check_cidrs,
+    check_client_auth_type,
+    check_directions,
+    check_hostport,
+    check_log_level,
+    check_peers,
+    check_shaping,
+    check_tag,
+    check_tls_version,
+    check_url,
+)
+from agent.config_loader import ConfigError, build, describe_fields, read_toml
 
 DEFAULT_CONFIG_PATH = "/etc/burstwatch/burstwatch.toml"
 DEFAULT_STATE_DIR = "/var/lib/burstwatch"
@@ -21,13 +33,6 @@ DEFAULT_STATE_DIR = "/var/lib/burstwatch"
 DEFAULT_METRICS_PORT = 9786
 # iperf3's own default port, so a stock `iperf3 -c HOST` reaches the responder.
 DEFAULT_RESPONDER_PORT = 5201
-
-
-class ConfigError(ValueError):
-    """A configuration problem; the message names the file and the key."""
-
-
-Validator = Callable[[Any], Optional[str]]
 
 
 def _opt(default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
@@ -39,110 +44,6 @@ def _opt(default: Any, doc: str, *, lo: float | None = None, hi: float | None = 
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
 
-
-def check_hostport(value: str) -> str | None:
-    host, sep, port = value.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-        return f"{value!r} is not host:port with a port from 1 to 65535"
-    if host.startswith("[") != host.endswith("]"):
-        return f"{value!r} has an unbalanced IPv6 bracket"
-    return None
-
-
-def split_hostport(value: str) -> tuple[str, int]:
-    """'0.0.0.0:9786' -> ('0.0.0.0', 9786); '[::]:9786' -> ('::', 9786)."""
-    host, _, port = value.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def check_cidrs(value: list[str]) -> str | None:
-    for item in value:
-        try:
-            ipaddress.ip_network(item, strict=False)
-        except ValueError:
-            return f"{item!r} is not a CIDR (e.g. 10.0.0.0/8)"
-    return None
-
-
-def check_peers(value: list[str]) -> str | None:
-    for item in value:
-        host, sep, port = item.rpartition(":")
-        if sep and not host.endswith("]") and ":" in host:
-            continue  # bare IPv6 address
-        if sep and (not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536):
-            return f"peer {item!r} has an invalid port"
-        if not (host if sep else item).strip("[]"):
-            return f"peer {item!r} has no host"
-    return None
-
-
-def check_url(value: str) -> str | None:
-    if not value.startswith(("http://", "https://")):
-        return f"{value!r} is not an http:// or https:// URL"
-    return None
-
-
-def check_log_level(value: str) -> str | None:
-    if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        return f"{value!r} is not one of debug, info, warning, error"
-    return None
-
-
-def check_shaping(value: str) -> str | None:
-    if value not in ("auto", "ethtool", "tc", "none"):
-        return f"{value!r} is not one of auto, ethtool, tc, none"
-    return None
-
-
-def check_tag(value: str) -> str | None:
-    if not value.partition("=")[0].strip():
-        return f"{value!r} has no tag key (expected KEY or KEY=VALUE, e.g. burstwatch:peer=true)"
-    return None
-
-
-def check_directions(value: list[str]) -> str | None:
-    if not value or len(set(value)) != len(value) or any(d not in ("out", "in") for d in value):
-        return f"{value!r} is not a non-empty list of distinct directions \"out\" and \"in\""
-    return None
-
-
-def check_abs_path(value: str) -> str | None:
-    if not value.startswith("/"):
-        return f"{value!r} is not an absolute path"
-    return None
-
-
-# exporter-toolkit's client_auth_type names; its RequestClientCert and RequireAnyClientCert take a client
-# certificate without verifying it, which Python's ssl module cannot do (docs/security.md).
-CLIENT_AUTH_TYPES = ("NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
-
-
-def check_client_auth_type(value: str) -> str | None:
-    if value not in CLIENT_AUTH_TYPES:
-        return f"{value!r} is not one of {', '.join(CLIENT_AUTH_TYPES)}"
-    return None
-
-
-def check_tls_version(value: str) -> str | None:
-    if value not in ("TLS12", "TLS13"):
-        return f"{value!r} is not TLS12 or TLS13"
-    return None
-
-
-_BCRYPT_ALPHABET = frozenset("./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
-
-
-def check_bcrypt_users(value: dict[str, str]) -> str | None:
-    for user, hashed in value.items():
-        if not user or ":" in user or any(ord(c) < 32 for c in user):
-            return f"user name {user!r} is empty or holds ':' or a control character"
-        parts = hashed.split("$")  # "$2y$10$" + 22 characters of salt + 31 of hash
-        if not (len(parts) == 4 and parts[0] == "" and parts[1] in ("2a", "2b", "2y") and len(parts[2]) == 2
-                and parts[2].isdigit() and 4 <= int(parts[2]) <= 31 and len(parts[3]) == 53
-                and set(parts[3]) <= _BCRYPT_ALPHABET):
-            return (f"the hash of user {user!r} is not a bcrypt hash ($2y$10$ and 53 characters, as "
-                    f"`htpasswd -nBC 10 {user}` prints after the colon)")
-    return None
 
 
 @dataclass(frozen=True)
@@ -242,8 +143,8 @@ class CreditsConfig:
     save_interval: float = _opt(5.0, "longest seconds between state saves; the state is also saved whenever the "
                                 "estimate has moved by 1 % of the bucket since the last save (at most once per "
                                 "sample)", lo=0.5, hi=3600.0)
-    # 60 s: a fifth of the shortest EC2 drain (r4.large, ~295 s), several cycles of bursty traffic; the
-    # reasoning is at DEFAULT_FORECAST_WINDOW in agent/models/credit_model.py and in docs/credits.md.
+    # 60 s: a fifth of the shortest EC2 drain measured, several cycles of bursty traffic
+    # (docs/credits.md, "forecast_window default: 60 s"; DEFAULT_FORECAST_WINDOW in the credit model).
     forecast_window: float = _opt(60.0, "seconds of history the trend forecast "
                                   "(burstwatch_credit_exhaustion_trend_seconds) fits the net spend rate to",
                                   lo=0.5, hi=3600.0)
@@ -398,104 +299,6 @@ class Config:
     def effective_rate_window(self) -> float:
         return self.rate_window if self.rate_window is not None else max(1.0, self.sample_interval)
 
-
-_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
-
-
-def _describe(tp: Any) -> str:
-    origin = get_origin(tp)
-    if origin is Union:
-        return " or ".join(_describe(a) for a in get_args(tp) if a is not type(None))
-    if origin is list:
-        return f"a list of {_describe(get_args(tp)[0]).split(' ', 1)[1]}s"
-    if origin is dict:
-        return "a table of strings"
-    if dataclasses.is_dataclass(tp):
-        return "a table"
-    return _TYPE_NAMES.get(tp, str(tp))
-
-
-def _coerce(tp: Any, value: Any) -> tuple[bool, Any]:
-    """Returns (ok, value) for a TOML value against a field type; ints are accepted as floats."""
-    origin = get_origin(tp)
-    if origin is Union:
-        for arg in get_args(tp):
-            if arg is type(None):
-                continue
-            ok, out = _coerce(arg, value)
-            if ok:
-                return True, out
-        return False, value
-    if origin is list:
-        if not isinstance(value, list):
-            return False, value
-        (item_tp,) = get_args(tp)
-        items = [_coerce(item_tp, v) for v in value]
-        return all(ok for ok, _ in items), [v for _, v in items]
-    if origin is dict:
-        ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                             for k, v in value.items())
-        return ok, dict(value) if ok else value
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                return True, float(value)
-            except OverflowError:  # an integer beyond a float's range: the range check refuses it by value
-                return True, value
-        return False, value
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    return isinstance(value, tp), value
-
-
-def _show(value: Any) -> str:
-    """repr() for a message; an integer past Python's 4300-digit limit (which TOML's hex, octal and binary
-    forms can write in 3600 characters) makes repr() raise ValueError, so it is described instead."""
-    try:
-        return repr(value)
-    except ValueError:
-        if isinstance(value, int):
-            return f"an integer of {value.bit_length()} bits"
-        return f"a {type(value).__name__} holding an integer too large to show"
-
-
-def _build(cls: type, table: dict[str, Any], prefix: str, where: str) -> Any:
-    hints = get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(table) - set(fields))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {prefix + unknown[0]!r}"
-                          f" (known: {', '.join(sorted(fields))})")
-    kwargs: dict[str, Any] = {}
-    for name, value in table.items():
-        key = f"{prefix}{name}"
-        tp = hints[name]
-        if dataclasses.is_dataclass(tp):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{where}: [{key}] must be a table, got {_show(value)}")
-            kwargs[name] = _build(tp, value, f"{key}.", where)  # type: ignore[arg-type]
-            continue
-        ok, coerced = _coerce(tp, value)
-        if not ok:
-            raise ConfigError(f"{where}: key {key!r} must be {_describe(tp)}, got {_show(value)}")
-        value = coerced  # noqa: PLW2901 - the validated form replaces the raw TOML value
-        meta = fields[name].metadata
-        lo, hi = meta.get("lo"), meta.get("hi")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            # Written as "not inside" so that nan (TOML's `nan`), for which every comparison is false, is out.
-            if (lo is not None and not value >= lo) or (hi is not None and not value <= hi):
-                raise ConfigError(f"{where}: key {key!r} = {_show(value)} is out of range {lo:g} .. {hi:g}")
-        check = meta.get("check")
-        try:
-            problem = check(value) if check and value is not None else None
-        except ValueError as exc:  # a check that tripped over a value it did not foresee is still the key's fault
-            problem = f"{_show(value)} is not valid: {exc}"
-        if problem:
-            raise ConfigError(f"{where}: key {key!r}: {problem}")
-        kwargs[name] = value
-    return cls(**kwargs)
-
-
 def _cross_check(cfg: Config, where: str) -> None:
     problem = cfg.metrics.cross_check()
     if problem:
@@ -517,13 +320,7 @@ def _cross_check(cfg: Config, where: str) -> None:
 
 def parse(text: str, where: str = "<config>") -> Config:
     """Parse TOML text into a validated Config; raises ConfigError naming `where` and the key."""
-    try:
-        table = tomllib.loads(text)
-    except ValueError as exc:  # TOMLDecodeError, or int() of more than 4300 decimal digits
-        raise ConfigError(f"{where}: not valid TOML: {exc}") from None
-    except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
-        raise ConfigError(f"{where}: not valid TOML: arrays or inline tables nested too deeply") from None
-    cfg: Config = _build(Config, table, "", where)
+    cfg: Config = build(Config, read_toml(text, where), "", where)
     _cross_check(cfg, where)
     return cfg
 
@@ -547,30 +344,4 @@ def load(path: str | Path | None) -> Config:
 def describe_keys(cls: type = Config, prefix: str = "", restart: bool = False) -> list[tuple[str, str, Any, str]]:
     """(key, type description, default, doc) for every key, in declaration order; docs are tested
     against this list so docs/configuration.md cannot drift from the code."""
-    out: list[tuple[str, str, Any, str]] = []
-    hints = get_type_hints(cls)
-    instance = cls()
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        needs_restart = restart or bool(f.metadata.get("restart"))
-        if dataclasses.is_dataclass(tp):
-            out.extend(describe_keys(tp, f"{prefix}{f.name}.", needs_restart))  # type: ignore[arg-type]
-        else:
-            doc = f.metadata["doc"] + (" (a change waits for a restart)" if needs_restart else "")
-            out.append((f"{prefix}{f.name}", _describe(tp), getattr(instance, f.name), doc))
-    return out
-
-
-def restart_keys_changed(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """The keys (or whole sections) marked `restart` whose value differs between two configs: what a
-    SIGHUP cannot apply, so the daemon says so."""
-    out: list[str] = []
-    for f in dataclasses.fields(old):
-        a, b = getattr(old, f.name), getattr(new, f.name)
-        if a == b:
-            continue
-        if f.metadata.get("restart"):
-            out.append(prefix + f.name)
-        elif dataclasses.is_dataclass(a):
-            out.extend(restart_keys_changed(a, b, f"{prefix}{f.name}."))
-    return out
+    return describe_fields(cls, prefix, restart)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from agent import config as configmod
+from agent.config_checks import split_hostport
 from agent.exporters.prometheus import MetricsServer, ReloadState, build_registry
 from agent.notify import notify, watchdog_interval
 from agent.sampling.pipeline import Snapshot
@@ -70,7 +71,7 @@ class Daemon:
     # -- the loop --------------------------------------------------------------------------------
     def setup(self) -> Agent:
         self.agent = a = build(self.cfg, self.config_path, self.paths, self.reload_state)
-        host, port = configmod.split_hostport(self.cfg.metrics.listen)
+        host, port = split_hostport(self.cfg.metrics.listen)
         self.server = MetricsServer(host, port, build_registry(a.views), config=self.cfg.metrics, generation=a.latest)
         return a
 

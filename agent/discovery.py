@@ -31,6 +31,7 @@ from agent.readers.imds import (
 from agent.readers.sysfs_net import match_macs, parse_net_interfaces, read_net_interfaces
 
 log = logging.getLogger(__name__)
+NODE_NAME_ENV = "BURSTWATCH_NODE_NAME"
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class InstanceInfo:
     eni_interfaces: dict[str, str] = field(default_factory=dict)     # mac -> Linux name
     imds_stats: Optional[ImdsStats] = None
     discovery_seconds: float = 0.0
+    # Kubernetes: the node's name, from the downward API (spec.nodeName) through the Helm chart's env.
+    node_name: str = field(default_factory=lambda: os.environ.get(NODE_NAME_ENV, ""))
 
     @property
     def instance_type(self) -> Optional[str]:
@@ -106,27 +109,73 @@ def _catalogue(instance_type: Optional[str], sources: dict[str, str]) -> Optiona
 
 
 def discover(cfg: configmod.Config, sysfs: str = "/sys", imds: Optional[ImdsClient] = None,
-             api_factory: Optional[ec2api.ClientFactory] = None,
-             learned_bucket_bytes: Optional[float] = None, isolate_api: bool = False) -> InstanceInfo:
+             api_factory: Optional[ec2api.ClientFactory] = None, isolate_api: bool = False) -> InstanceInfo:
     """Ask IMDS (if enabled) who we are, match ENIs to interfaces, and resolve the bandwidth profile.
 
     Never raises on IMDS, AWS or sysfs faults: each is logged and recorded in `sources`. Off EC2 (or with
     IMDS off) it says so in one INFO line and runs on [instance] / [instance.bandwidth]."""
     started = time.monotonic()
     try:
-        return _discover(cfg, sysfs, imds, api_factory, learned_bucket_bytes, started, isolate_api)
+        return _discover(cfg, sysfs, imds, api_factory, started, isolate_api)
     except Exception as exc:  # a bug here must not stop the agent: fall back to the config's profile
         log.exception("instance discovery failed; running on the configured profile")
-        profile = resolve_profile(cfg.instance.type, cfg.instance.bandwidth, None, None, learned_bucket_bytes)
+        profile = resolve_profile(cfg.instance.type, cfg.instance.bandwidth, None, None)
         sources = {"imds": "error", "imds_detail": f"discovery failed: {exc}", "api": "skipped",
                    "instance_type": "config" if cfg.instance.type else "none", "type_entry": "none"}
         return InstanceInfo(False, None, [], [], [], None, profile, sources,
                             discovery_seconds=time.monotonic() - started)
 
 
+def _match_enis(enis: list[Eni], sysfs: str) -> dict[str, str]:
+    """mac -> Linux name of the ENIs present in this network namespace."""
+    eni_ifs: dict[str, str] = {}
+    try:
+        eni_ifs = match_macs([e.mac for e in enis], parse_net_interfaces(read_net_interfaces(sysfs)))
+    except Exception as exc:  # sysfs trouble only costs the default interface list
+        log.warning("matching ENIs to interfaces via %s failed: %s", sysfs, exc)
+    for e in enis:
+        if e.mac not in eni_ifs:
+            log.info("ENI %s (mac %s, card %d, device %s) has no interface in this network namespace",
+                     e.interface_id, e.mac, e.network_card_index, e.device_number)
+    return eni_ifs
+
+
+def _describe_type(cfg: configmod.Config, instance_type: Optional[str], region: Optional[str],
+                   api_factory: Optional[ec2api.ClientFactory], isolate_api: bool,
+                   sources: dict[str, str]) -> Optional[TypeEntry]:
+    """The type's entry from DescribeInstanceTypes, when the type and region are known and the API is
+    allowed; how it went in `sources`."""
+    if not (instance_type and region and cfg.instance.describe_api):
+        sources["api"] = "skipped"
+        sources["api_detail"] = ("no instance type" if not instance_type else
+                                 "instance.describe_api = false" if not cfg.instance.describe_api else
+                                 "no region (not on EC2)")
+        return None
+    factory = api_factory or ec2api.client_factory(cfg.instance.ec2_endpoint_url)
+
+    def lookup() -> ec2api.ApiLookup:
+        return ec2api.lookup_instance_type(instance_type, region, cfg.state_dir, factory)
+
+    if isolate_api:
+        # The daemon asks from a forked child, so boto3 never stays resident for this one call
+        # (docs/architecture.md, "What stays out of the resident process").
+        try:
+            res = call_in_child(lookup, timeout=30.0)
+        except ChildFailed as exc:
+            res = ec2api.ApiLookup(None, "error", str(exc))
+    else:
+        res = lookup()
+    api_entry = entry_from_describe(res.info) if res.info is not None else None
+    sources["api"], sources["api_detail"] = res.status, res.detail
+    if api_entry is None:
+        log.info("instance_type=%s: DescribeInstanceTypes %s (%s); using the bundled catalogue",
+                 instance_type, res.status, res.detail)
+    return api_entry
+
+
 def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
-              api_factory: Optional[ec2api.ClientFactory], learned_bucket_bytes: Optional[float],
-              started: float, isolate_api: bool = False) -> InstanceInfo:
+              api_factory: Optional[ec2api.ClientFactory], started: float,
+              isolate_api: bool = False) -> InstanceInfo:
     sources: dict[str, str] = {}
     identity: Optional[Identity] = None
     enis: list[Eni] = []
@@ -139,16 +188,7 @@ def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
         sources["imds"], sources["imds_detail"] = "off", "imds.enabled = false"
     on_ec2 = identity is not None
 
-    eni_ifs: dict[str, str] = {}
-    if enis:
-        try:
-            eni_ifs = match_macs([e.mac for e in enis], parse_net_interfaces(read_net_interfaces(sysfs)))
-        except Exception as exc:  # sysfs trouble only costs the default interface list
-            log.warning("matching ENIs to interfaces via %s failed: %s", sysfs, exc)
-        for e in enis:
-            if e.mac not in eni_ifs:
-                log.info("ENI %s (mac %s, card %d, device %s) has no interface in this network namespace",
-                         e.interface_id, e.mac, e.network_card_index, e.device_number)
+    eni_ifs = _match_enis(enis, sysfs) if enis else {}
     interfaces = [eni_ifs[e.mac] for e in enis if e.mac in eni_ifs]
     vpc_cidrs = sorted({c for e in enis for c in e.vpc_ipv4_cidr_blocks})
 
@@ -159,35 +199,9 @@ def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
                     identity.instance_type)
 
     catalogue_entry = _catalogue(instance_type, sources)
-    api_entry: Optional[TypeEntry] = None
-    region = identity.region if identity else None
-    if instance_type and region and cfg.instance.describe_api:
-        factory = api_factory or ec2api.client_factory(cfg.instance.ec2_endpoint_url)
-
-        def lookup() -> ec2api.ApiLookup:
-            return ec2api.lookup_instance_type(instance_type, region, cfg.state_dir, factory)
-
-        if isolate_api:
-            # The daemon asks from a forked child: boto3 costs ~29 MB of RSS and is needed only here.
-            try:
-                res = call_in_child(lookup, timeout=30.0)
-            except ChildFailed as exc:
-                res = ec2api.ApiLookup(None, "error", str(exc))
-        else:
-            res = lookup()
-        api_entry = entry_from_describe(res.info) if res.info is not None else None
-        sources["api"], sources["api_detail"] = res.status, res.detail
-        if api_entry is None:
-            log.info("instance_type=%s: DescribeInstanceTypes %s (%s); using the bundled catalogue",
-                     instance_type, res.status, res.detail)
-    else:
-        sources["api"] = "skipped"
-        sources["api_detail"] = ("no instance type" if not instance_type else
-                                 "instance.describe_api = false" if not cfg.instance.describe_api else
-                                 "no region (not on EC2)")
-
-    profile = resolve_profile(instance_type, cfg.instance.bandwidth, api_entry, catalogue_entry,
-                              learned_bucket_bytes)
+    api_entry = _describe_type(cfg, instance_type, identity.region if identity else None, api_factory,
+                               isolate_api, sources)
+    profile = resolve_profile(instance_type, cfg.instance.bandwidth, api_entry, catalogue_entry)
     sources["type_entry"] = "api" if api_entry else ("catalogue" if catalogue_entry else "none")
     for note in profile.notes:
         log.warning("profile: %s", note)
@@ -205,7 +219,7 @@ def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
                         api_entry, eni_ifs, client.stats if client else None, elapsed)
 
 
-def profile_for(cfg: configmod.Config, info: InstanceInfo, learned_bucket_bytes: Optional[float] = None,
+def profile_for(cfg: configmod.Config, info: InstanceInfo,
                 fleet_bucket_bytes: Optional[float] = None) -> BandwidthProfile:
     """The profile under a (reloaded) config, from what discovery already knows: no IMDS or API call.
 
@@ -218,7 +232,7 @@ def profile_for(cfg: configmod.Config, info: InstanceInfo, learned_bucket_bytes:
     except (OSError, ValueError) as exc:
         log.error("bundled instance-type catalogue unusable: %s", exc)
         cat = None
-    profile = resolve_profile(itype, cfg.instance.bandwidth, api, cat, learned_bucket_bytes, fleet_bucket_bytes)
+    profile = resolve_profile(itype, cfg.instance.bandwidth, api, cat, fleet_bucket_bytes=fleet_bucket_bytes)
     for note in profile.notes:
         log.warning("profile: %s", note)
     return profile
@@ -386,8 +400,7 @@ class EniWatcher:
 def eni_watcher(cfg: configmod.Config, info: InstanceInfo, on_change: EniChange, sysfs: str = "/sys",
                 min_poll: float = 0.0) -> Optional[EniWatcher]:
     """A watcher when the monitored set comes from IMDS's ENIs (no `interfaces` in the config, IMDS on
-    and answering at start-up), else None. Its IMDS requests count in the start-up client's
-    burstwatch_imds_requests_total."""
+    and answering at start-up), else None. Its IMDS requests count in the start-up client's ImdsStats."""
     if cfg.interfaces or not cfg.imds.enabled or not info.on_ec2:
         return None
     im = cfg.imds

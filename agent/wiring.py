@@ -7,10 +7,12 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from agent import config as configmod
 from agent.checks.runner import CheckRunner, subprocess_executor
+from agent.config_checks import split_hostport
+from agent.config_loader import restart_keys_changed
 from agent.credits.feed import CreditTracker
 from agent.discovery import EniWatcher, InstanceInfo, discover, eni_watcher, profile_for
 from agent.exporters.checks import CheckView
@@ -20,6 +22,7 @@ from agent.exporters.instance import InstanceView
 from agent.exporters.prometheus import BuildInfoView, ReloadState, SamplerView
 from agent.exporters.state import StateView
 from agent.models.catalogue import forget_catalogue
+from agent.models.credit_model import CreditReading
 from agent.models.profile import BandwidthProfile
 from agent.readers.ethtool import IoctlEthtoolReader
 from agent.readers.imds import Eni
@@ -29,6 +32,14 @@ from agent.sampling.pipeline import Sampler, Snapshot
 from agent.sampling.shaping import ShapingStep
 from agent.writers.spool import Spool, SpoolStats
 from agent.writers.statefile import WRITE_ERRORS
+
+if TYPE_CHECKING:
+    # Types only: each of these is imported when its feature is on (boto3 stays out of the resident process
+    # otherwise, tests/test_resident_imports.py), so mypy sees them while the process may never load them.
+    from agent.cloudwatch.publisher import CloudWatchPublisher
+    from agent.fleet.service import FleetService
+    from agent.probes.service import ProbeResult, ProbeService
+    from agent.responder.server import Responder
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +91,10 @@ class Agent:
     credits: Optional[CreditTracker] = None
     ethtool: Optional[EthtoolStep] = None
     checks: Optional[CheckRunner] = None
-    responder: Optional[Any] = None
-    probes: Optional[Any] = None
-    cloudwatch: Optional[Any] = None
-    fleet: Optional[Any] = None
+    responder: Optional[Responder] = None
+    probes: Optional[ProbeService] = None
+    cloudwatch: Optional[CloudWatchPublisher] = None
+    fleet: Optional[FleetService] = None
     fleet_bucket_bytes: Optional[float] = None      # the fleet's consensus for this type (docs/fleet.md)
     services: list[Service] = field(default_factory=list)
     views: list[Any] = field(default_factory=list)
@@ -94,7 +105,7 @@ class Agent:
     def latest(self) -> Optional[Snapshot]:
         return self.sampler.latest if self.sampler is not None else None
 
-    def latest_credits(self) -> Optional[dict[str, Any]]:
+    def latest_credits(self) -> Optional[dict[str, CreditReading]]:
         snap = self.latest()
         return snap.credits if snap is not None else None
 
@@ -114,7 +125,7 @@ class Agent:
     def probing(self) -> bool:
         return self.probes is not None and bool(self.probes.snapshot().running)
 
-    def probe_results(self) -> list[Any]:
+    def probe_results(self) -> list[ProbeResult]:
         return list(self.probes.snapshot().results.values()) if self.probes is not None else []
 
     def refresh_profile(self) -> None:
@@ -130,7 +141,7 @@ class Agent:
     def apply(self, new: configmod.Config) -> None:
         """Apply a reloaded config: each changed key goes to its handler; restart-only keys are named."""
         old, self.cfg = self.cfg, new
-        for key in configmod.restart_keys_changed(old, new):
+        for key in restart_keys_changed(old, new):
             log.warning("%s changed; it takes effect at the next restart", key)
         for key in (f.name for f in dataclasses.fields(configmod.Config)):
             if getattr(old, key) != getattr(new, key) and key in self.sections:
@@ -174,13 +185,13 @@ def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
                InstanceView(lambda: a.instance),
                CreditView(a.latest, lambda: shaping.source, lambda: credits.restore_note),
                EnaView(lambda: a.latest().ethtool if a.latest() is not None else None),  # type: ignore[union-attr]
-               CheckView(lambda: a.checks.state if a.checks is not None and a.checks.state.runs else None),
+               CheckView(lambda: a.checks.snapshot() if a.checks is not None and a.checks.snapshot().runs else None),
                *a.views]
     if cfg.cloudwatch.enabled:
         from agent.exporters.cloudwatch import CloudWatchView
 
         a.cloudwatch = _cloudwatch(a)
-        a.views.append(CloudWatchView(a.cloudwatch.stats))
+        a.views.append(CloudWatchView(a.cloudwatch.snapshot))
         # Added last so it is stopped first and gets most of the shutdown budget to flush.
         a.services.append(a.cloudwatch)
     if cfg.fleet.enabled:
@@ -206,9 +217,11 @@ def _watch_enis(a: Agent) -> Optional[EniWatcher]:
 
 
 def _spool_stats(a: Agent) -> list[SpoolStats]:
-    spools = [getattr(a.cloudwatch, "spool", None), getattr(getattr(a.probes, "archive", None), "spool", None),
-              getattr(a.fleet, "spool", None)]
-    return [s.stats() for s in spools if s is not None]
+    archive = a.probes.archive if a.probes is not None else None
+    spools = [a.cloudwatch.spool if a.cloudwatch is not None else None,
+              archive.spool if archive is not None else None,
+              a.fleet.spool if a.fleet is not None else None]
+    return [s.snapshot() for s in spools if s is not None]
 
 
 def _reload_handlers(a: Agent) -> dict[str, Callable[[Any], None]]:
@@ -247,7 +260,7 @@ def _reload_handlers(a: Agent) -> dict[str, Callable[[Any], None]]:
         probes = a.probes
 
         def probe(p: configmod.ProbeConfig) -> None:
-            probes.reconfigure(p, responder_port=configmod.split_hostport(a.cfg.responder.listen)[1])
+            probes.reconfigure(p, responder_port=split_hostport(a.cfg.responder.listen)[1])
 
         handlers["probe"] = probe
     else:
@@ -277,7 +290,7 @@ def _probes(a: Agent) -> None:
     from agent.exporters.probes import ProbesView
     from agent.probes.service import build_probe_service
 
-    a.probes = build_probe_service(a.cfg.probe, responder_port=configmod.split_hostport(a.cfg.responder.listen)[1],
+    a.probes = build_probe_service(a.cfg.probe, responder_port=split_hostport(a.cfg.responder.listen)[1],
                                    credits=a.latest_credits, profile=lambda: a.profile,
                                    # A probe while the responder serves a test would measure the two competing.
                                    busy=a.responder_busy, instance=a.instance)
@@ -290,7 +303,7 @@ def _probes(a: Agent) -> None:
     a.views.append(ProbesView(a.probes.snapshot))
 
 
-def _cloudwatch(a: Agent) -> Any:
+def _cloudwatch(a: Agent) -> CloudWatchPublisher:
     """The CloudWatch publisher (imports boto3: only when [cloudwatch] enabled = true)."""
     from agent.cloudwatch.publisher import CloudWatchPublisher
     from agent.readers import aws
@@ -312,7 +325,7 @@ def _cloudwatch(a: Agent) -> Any:
         instance_type=a.instance.instance_type if a.instance else a.cfg.instance.type,
         autoscaling_group=(lambda: autoscaling_group_name(
             iid, imds_get, lambda: aws.client("ec2", region, ec2_url))) if iid else None,
-        checks=(lambda: checks.state.verdicts) if checks is not None else None,
+        checks=(lambda: checks.snapshot().verdicts) if checks is not None else None,
         probes=a.probe_results, spool_dir=Path(a.cfg.state_dir) / "spool" / "cloudwatch")
 
 
@@ -364,4 +377,4 @@ def _fleet(a: Agent) -> None:
     a.credits.on_learned = learned
     a.fleet = fleet
     a.services.append(fleet)
-    a.views.append(FleetView(fleet.stats))
+    a.views.append(FleetView(fleet.snapshot))

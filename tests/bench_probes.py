@@ -60,7 +60,7 @@ class _Servers:
     """`iperf3 -s` and a burstwatch responder (standalone process, caps lifted) on free ports."""
 
     def __init__(self, netns: Optional[str] = None, bind: str = "127.0.0.1") -> None:
-        from tests.probes.iperf3_helpers import free_port, wait_listening
+        from tests.support.iperf3 import free_port, wait_listening
 
         self.netns = netns
         self.iperf_port, self.bw_port = (5201, 5202) if netns else (free_port(), free_port())

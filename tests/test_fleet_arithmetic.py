@@ -15,6 +15,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import gen_fleet_arithmetic as gen  # noqa: E402
 
+from agent.models.figures import CLOUDWATCH_METRICS, DEFAULT_METRICS  # noqa: E402
+from agent.models.units import DIRECTIONS  # noqa: E402
+
 
 def test_fleet_arithmetic_in_the_docs_is_generated_from_the_defaults() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_fleet_arithmetic.py"), "--check"],
@@ -44,7 +47,10 @@ def test_the_figures_follow_from_the_defaults() -> None:
     assert f.checks == 730                                   # the hourly fleet_access check, 730-hour month
     assert f.refreshes == pytest.approx(730 * 3600 / 10800)
     assert f.calls == 43_800                                 # PutMetricData once a minute
-    assert f.fixed_metrics == 11                             # docs/cloudwatch.md, "Cost"
+    # The default set's metrics that do not depend on the peers: one per direction or one per instance
+    # (docs/cloudwatch.md, "Cost", says 11: 5 per direction + FailedChecks).
+    assert f.fixed_metrics == sum(len(DIRECTIONS) if c.per == "direction" else 1
+                                  for c in (CLOUDWATCH_METRICS[m] for m in DEFAULT_METRICS) if c.per != "peer")
     assert f.probes_per_hour == 8
     # A partition smaller than one window: every new object is read by every instance of the type.
     assert f.learned_gets(10, 1.0) == pytest.approx(10.0)

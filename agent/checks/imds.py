@@ -13,6 +13,10 @@ TEST = ("TOKEN=$(curl -sS -m 2 -X PUT http://169.254.169.254/latest/api/token "
 ENABLE = ("aws ec2 modify-instance-metadata-options --instance-id $INSTANCE_ID --http-endpoint enabled "
           "--http-tokens required --http-put-response-hop-limit 2")
 
+# AWS's advice for containers: a hop limit of 2 lets the token answer cross the container's own hop.
+HOP_LIMIT = ("aws ec2 modify-instance-metadata-options --instance-id <instance-id> "
+             "--http-put-response-hop-limit 2 --http-endpoint enabled")
+
 
 def run(ctx: CheckContext) -> list[Verdict]:
     cfg = ctx.config.imds
@@ -27,6 +31,15 @@ def run(ctx: CheckContext) -> list[Verdict]:
     if p.reachable:
         return [Verdict(NAME, "", FAIL, f"IMDS answers but not with IMDSv2: {p.detail}", ev, f"{ENABLE}\n{TEST}")]
     configured = ctx.config.instance.type is not None and ctx.config.interfaces
+    if p.unanswered:
+        # The TCP handshake passed but the token answer never came: on EC2 that is the PUT response's IP
+        # hop limit (default 1), which a container or pod without host networking is one hop beyond
+        # (docs/ec2-network-facts.md, "IMDS from containers"). Reads would fail the same way.
+        summary = (f"IMDS at {cfg.endpoint} accepted the connection but never answered the token request: "
+                   "the instance's IMDS hop limit (http-put-response-hop-limit) is likely 1, too low for a "
+                   "container or pod without host networking; set it to 2 (or run with host networking)")
+        return [Verdict(NAME, "", WARN if configured else FAIL, summary, dict(ev, hop_limit_suspected=True),
+                        f"{HOP_LIMIT}\n{TEST}")]
     summary = f"IMDS not reachable at {cfg.endpoint}: {p.detail}"
     if configured:
         return [Verdict(NAME, "", WARN, summary + "; running on the configured [instance] type and interfaces",

@@ -6,6 +6,7 @@ from agent.checks.base import ENA, IXGBEVF, missing
 from agent.checks.context import CheckContext
 from agent.models.checks import OK, SKIP, WARN, Verdict
 from agent.models.ena import ena_features
+from agent.readers.links import RouteInfo
 
 NAME = "mtu"
 
@@ -37,20 +38,26 @@ def _one(ctx: CheckContext, ifname: str) -> Verdict:
     stats = ctx.stats(ifname) or {}
     express = ena_features(stats).ena_express_enabled
     ev["ena_express"] = express
-    notes = []
-    for r in routes:
-        if r.dst == "default" and r.mtu == ETHERNET:
-            notes.append(f"default route at {ETHERNET} (normal for internet-bound traffic through an internet "
-                         "gateway)")
-        elif r.mtu is not None and r.mtu < ETHERNET:
-            return Verdict(NAME, ifname, WARN, f"route {r.dst} has MTU {r.mtu}, below Ethernet's {ETHERNET}", ev,
-                           f"ip route show dev {ifname}   # then: sudo ip route change {r.dst}"
-                           + (f" via {r.gateway}" if r.gateway else "") + f" dev {ifname} mtu {ETHERNET}")
-        elif r.mtu is not None and r.mtu > mtu:
-            notes.append(f"route {r.dst} MTU {r.mtu} exceeds the interface's {mtu} (the interface wins)")
-        else:
-            notes.append(f"route {r.dst} at MTU {r.mtu}")
+    low = next((r for r in routes if r.mtu is not None and r.mtu < ETHERNET), None)
+    if low is not None:
+        return Verdict(NAME, ifname, WARN, f"route {low.dst} has MTU {low.mtu}, below Ethernet's {ETHERNET}", ev,
+                       f"ip route show dev {ifname}   # then: sudo ip route change {low.dst}"
+                       + (f" via {low.gateway}" if low.gateway else "") + f" dev {ifname} mtu {ETHERNET}")
+    notes = [_route_note(r, mtu) for r in routes]
     tail = ("; " + "; ".join(notes)) if notes else ""
+    return _mtu_verdict(ifname, mtu, express, tail, ev)
+
+
+def _route_note(r: RouteInfo, mtu: int) -> str:
+    if r.dst == "default" and r.mtu == ETHERNET:
+        return f"default route at {ETHERNET} (normal for internet-bound traffic through an internet gateway)"
+    if r.mtu is not None and r.mtu > mtu:
+        return f"route {r.dst} MTU {r.mtu} exceeds the interface's {mtu} (the interface wins)"
+    return f"route {r.dst} at MTU {r.mtu}"
+
+
+def _mtu_verdict(ifname: str, mtu: int, express: bool, tail: str, ev: dict) -> Verdict:
+    """The interface's MTU against the VPC's rules, once no route is below Ethernet's."""
     if express and mtu > ENA_EXPRESS_MTU:
         return Verdict(NAME, ifname, WARN,
                        f"MTU {mtu} with ENA Express on: AWS says use {ENA_EXPRESS_MTU} with ENA Express and jumbo "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import subprocess
 import sys
 import threading
@@ -37,28 +38,70 @@ class CheckState:
 RoundExecutor = Callable[[bool], list[Verdict]]
 
 
-def subprocess_executor(config_path: Optional[str], timeout: float = 180.0) -> RoundExecutor:
+class RoundCancelled(Exception):
+    """The round's child was stopped by a signal: by CheckRunner.stop(), or by systemd, which signals
+    the whole cgroup on `systemctl stop`/`restart`. Not a failed check: the round simply has no verdicts."""
+
+
+# A child ended by one of these was stopped on purpose (a stop, Ctrl-C in a terminal), not broken.
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class SubprocessExecutor:
     """Rounds run as `burstwatch check --json` in a child process: the checks use netlink through
     pyroute2 (~23 MB of RSS, as it imports asyncio and unittest.mock) and probe paths that may hang;
     in a child neither stays resident in, nor can stall, the sampling daemon. The child reads the
     same config file, so a reload applies to the next round."""
-    root = str(Path(__file__).resolve().parents[2])
 
-    def run(include_slow: bool) -> list[Verdict]:
+    def __init__(self, config_path: Optional[str], timeout: float = 180.0) -> None:
+        self.config_path = config_path
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._child: Optional[subprocess.Popen] = None
+        self._cancelled = False
+
+    def __call__(self, include_slow: bool) -> list[Verdict]:
+        root = str(Path(__file__).resolve().parents[2])
         cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r}); from agent.cli import main; "
                "sys.exit(main())", "check", "--json"]
-        if config_path:
-            cmd += ["--config", config_path]
+        if self.config_path:
+            cmd += ["--config", self.config_path]
         if not include_slow:
             cmd.append("--quick")
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        with self._lock:
+            if self._cancelled:
+                raise RoundCancelled("the check service is stopping")
+            child = self._child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            doc = json.loads(out.stdout)
+            stdout, stderr = child.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            raise
+        finally:
+            with self._lock:
+                self._child = None
+        if self._cancelled or -child.returncode in _STOP_SIGNALS:
+            how = "cancelled by stop" if self._cancelled else f"stopped by {signal.Signals(-child.returncode).name}"
+            raise RoundCancelled(f"`burstwatch check` {how}")
+        try:
+            doc = json.loads(stdout)
         except ValueError:
-            raise RuntimeError(f"`burstwatch check` exited {out.returncode}: {out.stderr.strip()[-500:]}") from None
+            raise RuntimeError(f"`burstwatch check` exited {child.returncode}: {stderr.strip()[-500:]}") from None
         return [Verdict.from_dict(d) for d in doc["verdicts"]]
 
-    return run
+    def cancel(self) -> None:
+        """Stop the running round's child (SIGTERM) and refuse new ones: the daemon's stop must not wait
+        for a path MTU probe, and a child left behind would outlive `burstwatch run` outside systemd."""
+        with self._lock:
+            self._cancelled = True
+            if self._child is not None and self._child.poll() is None:
+                self._child.terminate()
+
+
+def subprocess_executor(config_path: Optional[str], timeout: float = 180.0) -> SubprocessExecutor:
+    """The daemon's executor: each round in a `burstwatch check --json` child (SubprocessExecutor)."""
+    return SubprocessExecutor(config_path, timeout)
 
 
 class CheckRunner:
@@ -76,6 +119,10 @@ class CheckRunner:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._last_slow: Optional[float] = None
+
+    def snapshot(self) -> CheckState:
+        """The latest verdicts (replaced whole after each round, never changed in place)."""
+        return self.state
 
     def run_once(self, include_slow: bool = True) -> CheckState:
         """One round, run by the executor (a child process in the daemon); the verdicts of checks it
@@ -100,6 +147,11 @@ class CheckRunner:
             slow = self._last_slow is None or time.monotonic() - self._last_slow >= self.slow_interval
             try:
                 self.run_once(include_slow=slow)
+            except RoundCancelled as exc:
+                # systemd signals the whole cgroup at once, so the child can die a moment before the
+                # daemon's own SIGTERM handler reaches stop(): wait for that before calling it odd.
+                stopping = self._stop.wait(2.0)
+                (log.info if stopping else log.warning)("check round cancelled: %s", exc)
             except Exception:
                 log.exception("check round failed")
             self._stop.wait(self.interval)
@@ -110,5 +162,9 @@ class CheckRunner:
 
     def stop(self, timeout: float) -> None:
         self._stop.set()
+        # Only the subprocess executor has a child to cancel; in-process executors (tests) finish alone.
+        cancel = getattr(self.executor, "cancel", None)
+        if cancel is not None:
+            cancel()
         if self._thread is not None:
             self._thread.join(timeout)

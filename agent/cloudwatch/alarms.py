@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from agent import config as configmod
-from agent.cloudwatch.catalogue import common_dimensions
+from agent.cloudwatch.dimensions import common_dimensions
+from agent.models import figures as F
 from agent.models.cw_aggregate import Dims
 from agent.models.units import DIRECTIONS
 from agent.readers.autoscaling import ImdsGet, autoscaling_group_name
@@ -40,6 +41,11 @@ class AlarmSpec:
     expression: str = ""
 
 
+def _cw(fig: F.Figure) -> str:
+    """The CloudWatch name the figure is published under (the figure table's; one form per figure here)."""
+    return fig.cloudwatch[0].name
+
+
 ALARMS: tuple[AlarmSpec, ...] = (
     # The forecast is the earliest warning there is: 10 minutes leaves time to move traffic. The sooner of
     # the two forecasts, as the Prometheus rule BurstCreditsRunningOut: the instant one is right from the
@@ -48,16 +54,16 @@ ALARMS: tuple[AlarmSpec, ...] = (
     # Each read as its Maximum over the period: under the threshold for the whole minute, CloudWatch's form
     # of the rule's `for: 1m`, so a burst of a few seconds from a full bucket (whose instant forecast dips
     # under 10 minutes while it lasts) pages nobody.
-    AlarmSpec("credit-exhaustion", "CreditExhaustion", "CreditExhaustionSeconds", "Maximum",
+    AlarmSpec("credit-exhaustion", "CreditExhaustion", _cw(F.CREDIT_EXHAUSTION_SECONDS), "Maximum",
               "LessThanThreshold", 600.0, "missing",
               "burstwatch: {direction} burst credits run out within 10 minutes at the current rate or at "
               "the trend",
-              math=(("instant", "CreditExhaustionSeconds"), ("trend", "CreditExhaustionTrendSeconds")),
+              math=(("instant", _cw(F.CREDIT_EXHAUSTION_SECONDS)), ("trend", _cw(F.CREDIT_EXHAUSTION_TREND_SECONDS))),
               expression="MIN([instant, trend])"),
-    AlarmSpec("credit-low", "CreditLow", "CreditRemainingRatio", "Minimum", "LessThanThreshold", 0.2,
+    AlarmSpec("credit-low", "CreditLow", _cw(F.CREDIT_REMAINING_RATIO), "Minimum", "LessThanThreshold", 0.2,
               "missing", "burstwatch: {direction} burst credits below 20 % of the bucket"),
     # Missing data here means no shaping counter moved (or no source): not a breach.
-    AlarmSpec("shaping", "Shaping", "ShapingEvents", "Sum", "GreaterThanThreshold", 0.0, "notBreaching",
+    AlarmSpec("shaping", "Shaping", _cw(F.SHAPING_PACKETS_TOTAL), "Sum", "GreaterThanThreshold", 0.0, "notBreaching",
               "burstwatch: the shaper is queueing or dropping {direction} packets now"),
 )
 

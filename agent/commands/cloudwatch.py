@@ -1,8 +1,8 @@
 """`burstwatch cloudwatch alarms`: its arguments here, its work in agent.cloudwatch.alarms (imported when run).
 
 The arguments live apart from the alarm code because `burstwatch run` builds the whole parser: keeping
-the alarm definitions, the metric catalogue and the aggregator out of it keeps ~0.5 MiB out of the
-resident daemon."""
+the alarm definitions, the publisher and the aggregator out of it keeps ~0.5 MiB out of the resident daemon
+(what is published is the figure table's, agent/models/figures/, which the views load anyway)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import sys
 from typing import Any, Optional, TextIO
 
 from agent import config as configmod
+from agent.config_checks import check_cidrs, check_hostport
 from agent.iperf3.protocol import DEFAULT_PORT
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ def fmt_rate(bps: float) -> str:
 
 
 def render_text(doc: dict[str, Any], out: TextIO) -> None:
+    """An iperf3 --json document as iperf3's own client prints it: connections, intervals, summary, CPU."""
     start, end = doc["start"], doc["end"]
     ts = start["test_start"]
     udp = ts["protocol"] == "UDP"
@@ -129,7 +131,17 @@ def render_text(doc: dict[str, Any], out: TextIO) -> None:
     role = "[Role]" if bidir else ""
     out.write(f"[ ID]{role} Interval           Transfer     Bitrate         {header}\n".rstrip() + "\n")
     multi = ts["num_streams"] > 1 if bidir else len(start["connected"]) > 1
-    for i, iv in enumerate(doc["intervals"]):
+    _write_intervals(doc["intervals"], udp, bidir, multi, out)
+    out.write("- - - - - - - - - - - - - - - - - - - - - - - - -\n")
+    out.write(f"[ ID]{role} Interval           Transfer     Bitrate         " +
+              ("Jitter    Lost/Total Datagrams\n" if udp else "Retr\n"))
+    for suffix in ("", "_bidir_reverse") if bidir else ("",):
+        _write_summary(end, suffix, udp, bidir, out)
+    _write_footer(end, sender_side, bidir, out)
+
+
+def _write_intervals(intervals: list[dict[str, Any]], udp: bool, bidir: bool, multi: bool, out: TextIO) -> None:
+    for i, iv in enumerate(intervals):
         if multi and i:
             out.write("- - - - - - - - - - - - - - - - - - - - - - - - -\n")
         for key in ("sum", "sum_bidir_reverse"):
@@ -139,32 +151,35 @@ def render_text(doc: dict[str, Any], out: TextIO) -> None:
             rows += [dict(iv[key], socket="SUM")] if multi else []
             for row in rows:
                 out.write(_interval_line(row, udp, bidir) + "\n")
-    out.write("- - - - - - - - - - - - - - - - - - - - - - - - -\n")
-    out.write(f"[ ID]{role} Interval           Transfer     Bitrate         " +
-              ("Jitter    Lost/Total Datagrams\n" if udp else "Retr\n"))
-    for suffix in ("", "_bidir_reverse") if bidir else ("",):
-        sent, recv = end["sum_sent" + suffix], end["sum_received" + suffix]
-        mine = sent["sender"] if not udp else end["sum" + suffix]["sender"]
-        tag = _role(mine) if bidir else ""
-        for s in end["streams"]:
-            row_sender = (s["udp"] if udp else s["sender"])["sender"]
-            if bidir and row_sender != mine:
-                continue
-            if udp:
-                u = s["udp"]
-                out.write(_summary_line(u["socket"], u, "", f"  {u['jitter_ms']:.3f} ms  {u['lost_packets']}/"
-                                        f"{u['packets']} ({u['lost_percent']:.2g}%)", tag) + "\n")
-            else:
-                out.write(_summary_line(s["sender"]["socket"], s["sender"], "sender",
-                                        f"  {s['sender'].get('retransmits', 0):4d}", tag) + "\n")
-                out.write(_summary_line(s["receiver"]["socket"], s["receiver"], "receiver", "      ", tag) + "\n")
+
+
+def _write_summary(end: dict[str, Any], suffix: str, udp: bool, bidir: bool, out: TextIO) -> None:
+    """The per-stream and SUM lines of one direction (`suffix` "_bidir_reverse": a --bidir test's other)."""
+    sent, recv = end["sum_sent" + suffix], end["sum_received" + suffix]
+    mine = sent["sender"] if not udp else end["sum" + suffix]["sender"]
+    tag = _role(mine) if bidir else ""
+    for s in end["streams"]:
+        row_sender = (s["udp"] if udp else s["sender"])["sender"]
+        if bidir and row_sender != mine:
+            continue
         if udp:
-            out.write(_summary_line("SUM", sent, "sender", f"  {0.0:.3f} ms  0/{sent['packets']} (0%)", tag) + "\n")
-            out.write(_summary_line("SUM", recv, "receiver", f"  {recv['jitter_ms']:.3f} ms  {recv['lost_packets']}/"
-                                    f"{recv['packets']} ({recv['lost_percent']:.2g}%)", tag) + "\n")
+            u = s["udp"]
+            out.write(_summary_line(u["socket"], u, "", f"  {u['jitter_ms']:.3f} ms  {u['lost_packets']}/"
+                                    f"{u['packets']} ({u['lost_percent']:.2g}%)", tag) + "\n")
         else:
-            out.write(_summary_line("SUM", sent, "sender", f"  {sent.get('retransmits', 0):4d}", tag) + "\n")
-            out.write(_summary_line("SUM", recv, "receiver", "      ", tag) + "\n")
+            out.write(_summary_line(s["sender"]["socket"], s["sender"], "sender",
+                                    f"  {s['sender'].get('retransmits', 0):4d}", tag) + "\n")
+            out.write(_summary_line(s["receiver"]["socket"], s["receiver"], "receiver", "      ", tag) + "\n")
+    if udp:
+        out.write(_summary_line("SUM", sent, "sender", f"  {0.0:.3f} ms  0/{sent['packets']} (0%)", tag) + "\n")
+        out.write(_summary_line("SUM", recv, "receiver", f"  {recv['jitter_ms']:.3f} ms  {recv['lost_packets']}/"
+                                f"{recv['packets']} ({recv['lost_percent']:.2g}%)", tag) + "\n")
+    else:
+        out.write(_summary_line("SUM", sent, "sender", f"  {sent.get('retransmits', 0):4d}", tag) + "\n")
+        out.write(_summary_line("SUM", recv, "receiver", "      ", tag) + "\n")
+
+
+def _write_footer(end: dict[str, Any], sender_side: bool, bidir: bool, out: TextIO) -> None:
     cpu = end.get("cpu_utilization_percent")
     if cpu:
         local = "sender" if sender_side else "receiver"
@@ -295,14 +310,14 @@ def cmd_responder(args: argparse.Namespace) -> int:
     rcfg = cfg.responder
     listen = getattr(args, "listen", None)
     if listen:
-        problem = configmod.check_hostport(listen)
+        problem = check_hostport(listen)
         if problem:
             print(f"burstwatch responder: --listen {problem}", file=sys.stderr)
             return EXIT_USAGE
         rcfg = dataclasses.replace(rcfg, listen=listen)
     allow_args = getattr(args, "allow", None)
     if allow_args:
-        problem = configmod.check_cidrs(list(allow_args))
+        problem = check_cidrs(list(allow_args))
         if problem:
             print(f"burstwatch responder: --allow {problem}", file=sys.stderr)
             return EXIT_USAGE

@@ -77,8 +77,8 @@ class CreditTracker:
     def step(self, now: float, deltas: dict[str, InterfaceDelta], tracker: CounterTracker,
              shaping: Optional[ShapingReading]) -> Optional[dict[str, CreditReading]]:
         raw = tracker.raw()
-        # The counters were read at `now`, a while before this stage runs: the first sample after a start
-        # takes 0.1-0.2 s (first netlink calls), which a restart's gap must not count as refill time.
+        # The counters were read at `now`, a while before this stage runs (longest in the first sample after
+        # a start), and a restart's gap must not count that as refill time (docs/credits.md, "Persistence").
         lag = self.sample_clock() - now
         self._sample_at = self.clock() - (lag if 0.0 <= lag <= 60.0 else 0.0)   # else `now` is another clock
         if not self._restored:
@@ -96,22 +96,13 @@ class CreditTracker:
         rates = tracker.instance_rates() or {"in": 0.0, "out": 0.0}
         # No shaping source, or its first reading: the model sees "unknown" (None), not "not shaped".
         increase = shaping.increase if shaping is not None and shaping.increase else None
-        learned_before = {d: b.learned_count for d, b in self.estimator.buckets.items()}
+        learned_before = {d: b.learner.learned_count for d, b in self.estimator.buckets.items()}
         readings = self.estimator.update(dt, nbytes, rates, increase)
         self._last_raw = {n: (tracker.ifindex(n), c.rx_bytes, c.tx_bytes) for n, c in raw.items()}
-        fresh = [d for d, b in self.estimator.buckets.items() if b.learned_count != learned_before.get(d, 0)]
+        fresh = [d for d, b in self.estimator.buckets.items()
+                 if b.learner.learned_count != learned_before.get(d, 0)]
         if fresh:
-            for d in fresh:
-                b = self.estimator.buckets[d]
-                log.info("direction=%s bucket learned: %.0f bytes (%.1f Gbit) by %s, %d time(s)", d,
-                         b.bucket, b.bucket * 8 / 1e9, b.learn_method, b.learned_count)
-            self.save_learned()
-            if self.on_learned is not None:
-                learned = self.estimator.learned_buckets()
-                try:
-                    self.on_learned({d: learned[d] for d in fresh if d in learned})
-                except Exception:  # a publisher's fault must never stop the sampling
-                    log.exception("publishing the learned bucket failed")
+            self._learned(fresh)
         # Saved on movement (1 % of the bucket since the last save: what a crash can cost), at most once per
         # sample, and every save_interval while the estimate stays still (docs/credits.md, "Persistence").
         if self._saved is None or self.estimator.movement(self._saved) >= SAVE_MOVEMENT_FRACTION \
@@ -119,6 +110,20 @@ class CreditTracker:
             self.save()
         self.latest = readings
         return readings if self.estimator.active or self.profile.baseline_bytes_per_second else None
+
+    def _learned(self, fresh: list[str]) -> None:
+        """The directions in `fresh` learned a size this sample: log, keep and publish it."""
+        for d in fresh:
+            b = self.estimator.buckets[d]
+            log.info("direction=%s bucket learned: %.0f bytes (%.1f Gbit) by %s, %d time(s)", d,
+                     b.bucket, b.bucket * 8 / 1e9, b.learner.learn_method, b.learner.learned_count)
+        self.save_learned()
+        if self.on_learned is not None:
+            learned = self.estimator.learned_buckets()
+            try:
+                self.on_learned({d: learned[d] for d in fresh if d in learned})
+            except Exception:  # a publisher's fault must never stop the sampling
+                log.exception("publishing the learned bucket failed")
 
     # -- persistence -----------------------------------------------------------------------------
     def save(self) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping, Optional
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
-from agent.exporters import NS, View
+from agent.exporters import View, declared, family
+from agent.models import figures as F
 from agent.models.ena import (
     ALLOWANCE_STATS,
     CONNTRACK_AVAILABLE,
@@ -17,11 +18,11 @@ from agent.models.ena import (
 )
 from agent.sampling.ethtool import InterfaceEthtool
 
-# ena_srd_* counters -> metric names (packets, so `_packets_total`)
+# ena_srd_* counters -> their figures (packets, so `_packets_total`)
 SRD_COUNTERS = {
-    "ena_srd_tx_pkts": ("ena_srd_tx_packets", "Packets sent over ENA Express (SRD)."),
-    "ena_srd_eligible_tx_pkts": ("ena_srd_eligible_tx_packets", "Packets that were eligible for ENA Express."),
-    "ena_srd_rx_pkts": ("ena_srd_rx_packets", "Packets received over ENA Express (SRD)."),
+    "ena_srd_tx_pkts": F.ENA_SRD_TX_PACKETS_TOTAL,
+    "ena_srd_eligible_tx_pkts": F.ENA_SRD_ELIGIBLE_TX_PACKETS_TOTAL,
+    "ena_srd_rx_pkts": F.ENA_SRD_RX_PACKETS_TOTAL,
 }
 
 
@@ -36,19 +37,9 @@ def in_tree_label(driver: str, version: str) -> str:
 class EnaView(View):
     """Renders the ethtool collector's latest reading (interface -> InterfaceEthtool); no I/O."""
 
-    FAMILIES = (
-        ("burstwatch_ena_allowance_exceeded", "counter"),
-        ("burstwatch_ena_conntrack_allowance_available", "gauge"),
-        ("burstwatch_ena_srd_mode", "gauge"),
-        ("burstwatch_ena_srd_enabled", "gauge"),
-        ("burstwatch_ena_srd_resource_utilization_ratio", "gauge"),
-        ("burstwatch_ena_srd_tx_packets", "counter"),
-        ("burstwatch_ena_srd_eligible_tx_packets", "counter"),
-        ("burstwatch_ena_srd_rx_packets", "counter"),
-        ("burstwatch_ena_stat_resets", "counter"),
-        ("burstwatch_driver_info", "gauge"),
-        ("burstwatch_ethtool_stat", "gauge"),
-    )
+    FAMILIES = declared(F.ENA_ALLOWANCE_EXCEEDED_TOTAL, F.ENA_CONNTRACK_ALLOWANCE_AVAILABLE, F.ENA_SRD_MODE,
+                        F.ENA_SRD_ENABLED, F.ENA_SRD_RESOURCE_UTILIZATION_RATIO, *SRD_COUNTERS.values(),
+                        F.ENA_STAT_RESETS_TOTAL, F.DRIVER_INFO, F.ETHTOOL_STAT)
 
     def __init__(self, readings: Callable[[], Optional[Mapping[str, InterfaceEthtool]]]) -> None:
         self._readings = readings
@@ -57,32 +48,15 @@ class EnaView(View):
         data = self._readings()
         if data is None:
             return
-        allowance = CounterMetricFamily(
-            f"{NS}_ena_allowance_exceeded", "Packets queued or dropped because the instance exceeded an "
-            "allowance (ENA ethtool *_allowance_exceeded), by kind: bw_in, bw_out (aggregate bandwidth), pps, "
-            "conntrack (new connections), linklocal (DNS/IMDS/NTP). Accounted across driver resets.",
-            labels=["interface", "allowance"])
-        conntrack = GaugeMetricFamily(
-            f"{NS}_ena_conntrack_allowance_available", "Tracked connections the instance can still open before "
-            "reaching its allowance (ENA conntrack_allowance_available).", labels=["interface"])
-        srd_mode = GaugeMetricFamily(
-            f"{NS}_ena_srd_mode", "ENA Express mode bitmap (ena_srd_mode): bit 0 enabled, bit 1 UDP, bit 2 UDP "
-            "ordering bypass.", labels=["interface"])
-        srd_on = GaugeMetricFamily(f"{NS}_ena_srd_enabled", "1 when ENA Express is on (ena_srd_mode bit 0).",
-                                   labels=["interface"])
-        srd_util = GaugeMetricFamily(
-            f"{NS}_ena_srd_resource_utilization_ratio", "ENA Express resource utilization (0..1; the driver "
-            "reports a percentage).", labels=["interface"])
-        srd = {k: CounterMetricFamily(f"{NS}_{name}", doc, labels=["interface"])
-               for k, (name, doc) in SRD_COUNTERS.items()}
-        resets = CounterMetricFamily(f"{NS}_ena_stat_resets", "Decreases of ENA counters handled as a reset "
-                                     "(driver reset, interface re-created).", labels=["interface"])
-        info = GaugeMetricFamily(f"{NS}_driver_info", "The interface's driver and version (ethtool -i); in_tree "
-                                 "tells the kernel's ena from the out-of-tree 2.x.yg one.",
-                                 labels=["interface", "driver", "version", "in_tree"])
-        extra = GaugeMetricFamily(f"{NS}_ethtool_stat", "Raw value of an ethtool statistic listed in [metrics] "
-                                  "ethtool_include (kind unknown: use rate() only on counters).",
-                                  labels=["interface", "stat"])
+        allowance = family(F.ENA_ALLOWANCE_EXCEEDED_TOTAL)
+        conntrack = family(F.ENA_CONNTRACK_ALLOWANCE_AVAILABLE)
+        srd_mode = family(F.ENA_SRD_MODE)
+        srd_on = family(F.ENA_SRD_ENABLED)
+        srd_util = family(F.ENA_SRD_RESOURCE_UTILIZATION_RATIO)
+        srd = {k: family(fig) for k, fig in SRD_COUNTERS.items()}
+        resets = family(F.ENA_STAT_RESETS_TOTAL)
+        info = family(F.DRIVER_INFO)
+        extra = family(F.ETHTOOL_STAT)
         for ifname, r in sorted(data.items()):
             for kind, stat in ALLOWANCE_STATS.items():
                 if stat in r.totals:

@@ -12,104 +12,16 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional, Union
+from typing import Mapping, Optional
+
+from agent.exporters.http_request import DEFAULT_LIMITS, Authenticator, Handler, Limits, Request, parse_request
+from agent.exporters.http_response import Response, serialize, text_response
 
 log = logging.getLogger(__name__)
 
-# A handler answers a request. With may_block False (the event loop's thread) it may return None to say
-# "this needs work that can block: ask me again from a worker" (rendering, a bcrypt check).
-Handler = Callable[["Request", bool], Optional["Response"]]
-# An authenticator gets the Authorization header: True (let in), False (401) or None (needs a worker).
-Authenticator = Callable[[Optional[str], bool], Optional[bool]]
-
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-           431: "Request Header Fields Too Large", 500: "Internal Server Error",
-           505: "HTTP Version Not Supported"}
-MAX_HEADER_LINES = 100
 SEND_CHUNK = 16384          # one TLS record; a retried SSL write must repeat the same chunk
 SUMMARY_EVERY = 60.0        # seconds between two log lines about dropped connections
 _FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one client, or many, may hold. Every figure is documented in docs/security.md."""
-
-    header_timeout: float = 10.0     # accept (or the end of the last response) to a complete request head
-    max_connections: int = 256       # open connections; the oldest one still waiting for a request goes first
-    workers: int = 2                 # threads that render and check passwords; the event loop does the rest
-    backlog: int = 512               # listen(2) queue (the kernel caps it at net.core.somaxconn)
-    max_header_bytes: int = 8192     # request line plus headers
-    write_timeout: float = 10.0      # a response must drain to the client within this
-
-
-DEFAULT_LIMITS = Limits()
-
-
-@dataclass(frozen=True)
-class Request:
-    method: str
-    path: str
-    query: str
-    version: str
-    headers: Mapping[str, str]       # lower-case names; repeated headers joined with ", "
-    peer: str
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int
-    body: bytes = b""
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-def text_response(status: int, extra: tuple[tuple[str, str], ...] = ()) -> Response:
-    return Response(status, f"{status} {REASONS[status].lower()}\n".encode(),
-                    (("Content-Type", "text/plain; charset=utf-8"), *extra))
-
-
-def parse_request(head: bytes, peer: str) -> Union[Request, Response]:
-    """A request head (without the blank line) as a Request, or the error Response to send and close."""
-    lines = head.decode("latin-1").split("\n")
-    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
-    if len(lines) > MAX_HEADER_LINES + 1:
-        return text_response(431)
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[0].isalpha():
-        return text_response(400)
-    method, target, version = parts
-    if version not in ("HTTP/1.0", "HTTP/1.1"):
-        return text_response(505 if version.startswith("HTTP/") else 400)
-    if method not in ("GET", "HEAD"):
-        return text_response(405, (("Allow", "GET, HEAD"),))
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        # obs-fold continuation lines and names with spaces are a classic smuggling vector (RFC 9112 5.1-5.2)
-        if not sep or not name or name != name.strip(" \t") or " " in name or "\t" in name:
-            return text_response(400)
-        key, value = name.lower(), value.strip(" \t")
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    # GET and HEAD carry no body; refusing one keeps request boundaries unambiguous on kept-alive connections.
-    if "transfer-encoding" in headers or headers.get("content-length", "0").strip() != "0":
-        return text_response(400)
-    if target.startswith(("http://", "https://")):          # absolute-form (RFC 9112 3.2.2)
-        target = "/" + target.split("://", 1)[1].partition("/")[2]
-    if not target.startswith("/"):
-        return text_response(400)
-    path, _, query = target.partition("?")
-    return Request(method, path, query, version, headers, peer)
-
-
-def _serialize(resp: Response, head_only: bool, keep_alive: bool) -> bytes:
-    lines = [f"HTTP/1.1 {resp.status} {REASONS.get(resp.status, 'Unknown')}"]
-    lines += [f"{k}: {v}" for k, v in resp.headers]
-    lines.append(f"Content-Length: {len(resp.body)}")
-    if not keep_alive:
-        lines.append("Connection: close")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return head if head_only else head + resp.body
-
 
 HANDSHAKE, READING, BUSY, WRITING = "handshake", "reading", "busy", "writing"
 
@@ -274,7 +186,7 @@ class HttpServer:
             except OSError as exc:
                 if exc.errno in _FD_EXHAUSTED:
                     # Free a descriptor for the rest of the process and stop accepting for a moment: retrying
-                    # at once spins on the same error (issue 13, row 2).
+                    # at once spins on the same error (docs/security.md, "/metrics endpoint").
                     self._evict_one("fd-exhausted")
                     self._sel.unregister(self._listener)
                     self._accept_paused_until = time.monotonic() + 0.1
@@ -444,7 +356,7 @@ class HttpServer:
 
     def _respond_now(self, conn: _Conn, resp: Response, head_only: bool, keep_alive: bool) -> None:
         log.debug("%s: peer=%s status=%d", self.name, conn.peer, resp.status)
-        conn.out = memoryview(_serialize(resp, head_only, keep_alive))
+        conn.out = memoryview(serialize(resp, head_only, keep_alive))
         conn.keep_alive = keep_alive
         conn.state = WRITING
         conn.deadline = time.monotonic() + self.limits.write_timeout

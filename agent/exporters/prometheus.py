@@ -10,25 +10,29 @@ from typing import Any, Callable, Iterable, Optional
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.process_collector import ProcessCollector
 
 from agent import __version__
 from agent.config import MetricsConfig
-from agent.exporters import NS, View
-from agent.exporters.http import HttpServer, Limits, Request, Response
+from agent.exporters import View, declared, family
+from agent.exporters.http import HttpServer
+from agent.exporters.http_request import Limits, Request
+from agent.exporters.http_response import Response
 from agent.exporters.webconfig import basic_auth, tls_context
+from agent.models import figures as F
+from agent.models.units import DIRECTIONS
 from agent.sampling.pipeline import Snapshot
 
 log = logging.getLogger(__name__)
 
 
 class BuildInfoView(View):
-    FAMILIES = ((f"{NS}_build", "info"),)
+    FAMILIES = declared(F.BUILD_INFO)
 
     def collect(self) -> Iterable[Metric]:
-        m = InfoMetricFamily(f"{NS}_build", "burstwatch version and the Python running it.")
+        m = family(F.BUILD_INFO)
         m.add_metric([], {"version": __version__, "python": platform.python_version()})
         yield m
 
@@ -36,13 +40,11 @@ class BuildInfoView(View):
 class SamplerView(View):
     """Interface counters and rates, instance throughput, collector health and sampling cost."""
 
-    FAMILIES = tuple((f"{NS}_{name}", typ) for name, typ in (
-        ("interface_bytes", "counter"), ("interface_packets", "counter"), ("interface_errors", "counter"),
-        ("interface_drops", "counter"), ("interface_resets", "counter"), ("interface_present", "gauge"),
-        ("interface_throughput_bytes_per_second", "gauge"), ("throughput_bytes_per_second", "gauge"),
-        ("collector_success", "gauge"), ("collector_duration_seconds", "gauge"),
-        ("sample_duration_seconds", "gauge"), ("samples", "counter"), ("last_sample_timestamp_seconds", "gauge"),
-    ))
+    FAMILIES = declared(F.INTERFACE_BYTES_TOTAL, F.INTERFACE_PACKETS_TOTAL, F.INTERFACE_ERRORS_TOTAL,
+                        F.INTERFACE_DROPS_TOTAL, F.INTERFACE_RESETS_TOTAL, F.INTERFACE_PRESENT,
+                        F.INTERFACE_THROUGHPUT_BYTES_PER_SECOND, F.THROUGHPUT_BYTES_PER_SECOND, F.COLLECTOR_SUCCESS,
+                        F.COLLECTOR_DURATION_SECONDS, F.SAMPLE_DURATION_SECONDS, F.SAMPLES_TOTAL,
+                        F.LAST_SAMPLE_TIMESTAMP_SECONDS)
 
     def __init__(self, latest: Callable[[], Optional[Snapshot]]) -> None:
         self._latest = latest
@@ -51,72 +53,57 @@ class SamplerView(View):
         snap = self._latest()
         if snap is None:
             return
-        fam = {
-            "bytes": CounterMetricFamily(f"{NS}_interface_bytes", "Bytes that crossed the interface, by "
-                                         "direction; accounted across counter resets and wraps.",
-                                         labels=["interface", "direction"]),
-            "packets": CounterMetricFamily(f"{NS}_interface_packets", "Packets that crossed the interface.",
-                                           labels=["interface", "direction"]),
-            "errors": CounterMetricFamily(f"{NS}_interface_errors", "Receive/transmit errors.",
-                                          labels=["interface", "direction"]),
-            "dropped": CounterMetricFamily(f"{NS}_interface_drops", "Packets dropped by the kernel or driver.",
-                                           labels=["interface", "direction"]),
-        }
         # totals follow COUNTER_NAMES: rx bytes, packets, errors, dropped, then tx the same
+        fam = [family(f) for f in (F.INTERFACE_BYTES_TOTAL, F.INTERFACE_PACKETS_TOTAL, F.INTERFACE_ERRORS_TOTAL,
+                                   F.INTERFACE_DROPS_TOTAL)]
         for name, tot in sorted(snap.totals.items()):
-            for i, key in enumerate(("bytes", "packets", "errors", "dropped")):
-                fam[key].add_metric([name, "in"], tot[i])
-                fam[key].add_metric([name, "out"], tot[4 + i])
-        yield from fam.values()
+            for i, f in enumerate(fam):
+                f.add_metric([name, "in"], tot[i])
+                f.add_metric([name, "out"], tot[4 + i])
+        yield from fam
 
-        resets = CounterMetricFamily(f"{NS}_interface_resets", "Counter decreases handled as a "
-                                     "reset, 32-bit wrap or interface re-creation.", labels=["interface"])
+        resets = family(F.INTERFACE_RESETS_TOTAL)
         for name in sorted(snap.totals):
             resets.add_metric([name], snap.resets.get(name, 0))
         yield resets
 
-        up = GaugeMetricFamily(f"{NS}_interface_present", "1 when a monitored interface exists now.",
-                               labels=["interface"])
+        up = family(F.INTERFACE_PRESENT)
         for name in snap.interfaces:
             up.add_metric([name], 1)
         yield up
 
-        ifrate = GaugeMetricFamily(f"{NS}_interface_throughput_bytes_per_second",
-                                   "Per-interface rate over the rate window.", labels=["interface", "direction"])
+        ifrate = family(F.INTERFACE_THROUGHPUT_BYTES_PER_SECOND)
         for name, rates in sorted(snap.interface_rates.items()):
             for d in ("in", "out"):
                 ifrate.add_metric([name, d], rates[d])
         yield ifrate
 
-        rate = GaugeMetricFamily(f"{NS}_throughput_bytes_per_second", "Instance rate (all monitored "
-                                 "interfaces) over the rate window: the rate the credit estimate uses.",
-                                 labels=["direction"])
-        if snap.instance_rates is not None:
-            for d in ("in", "out"):
-                rate.add_metric([d], snap.instance_rates[d])
+        rate = family(F.THROUGHPUT_BYTES_PER_SECOND)
+        read = F.THROUGHPUT_BYTES_PER_SECOND.read
+        assert read is not None
+        for d in DIRECTIONS:
+            value = read(snap, d)
+            if value is not None:
+                rate.add_metric([d], value)
         yield rate
 
-        ok = GaugeMetricFamily(f"{NS}_collector_success", "1 when the collector's last run succeeded.",
-                               labels=["collector"])
-        dur = GaugeMetricFamily(f"{NS}_collector_duration_seconds", "Duration of the collector's last run.",
-                                labels=["collector"])
+        ok = family(F.COLLECTOR_SUCCESS)
+        dur = family(F.COLLECTOR_DURATION_SECONDS)
         for name, st in sorted(snap.steps.items()):
             ok.add_metric([name], 1.0 if st.success else 0.0)
             dur.add_metric([name], st.duration)
         yield ok
         yield dur
-        yield GaugeMetricFamily(f"{NS}_sample_duration_seconds", "Duration of the last sampling step.",
-                                value=snap.sample_duration)
-        yield CounterMetricFamily(f"{NS}_samples", "Sampling steps taken.", value=snap.samples_total)
-        yield GaugeMetricFamily(f"{NS}_last_sample_timestamp_seconds", "Unix time of the last sample.",
-                                value=snap.wall_time)
+        yield family(F.SAMPLE_DURATION_SECONDS, snap.sample_duration)
+        yield family(F.SAMPLES_TOTAL, snap.samples_total)
+        yield family(F.LAST_SAMPLE_TIMESTAMP_SECONDS, snap.wall_time)
 
 
 class ReloadState(View):
     """Outcome of SIGHUP reloads, written by the daemon, read by scrapes."""
 
-    FAMILIES = ((f"{NS}_config_last_reload_successful", "gauge"),
-                (f"{NS}_config_last_reload_success_timestamp_seconds", "gauge"), (f"{NS}_config_reloads", "counter"))
+    FAMILIES = declared(F.CONFIG_LAST_RELOAD_SUCCESSFUL, F.CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
+                        F.CONFIG_RELOADS_TOTAL)
 
     def __init__(self) -> None:
         self.successful = 1.0
@@ -124,12 +111,9 @@ class ReloadState(View):
         self.reloads = {"success": 0, "failure": 0}
 
     def collect(self) -> Iterable[Metric]:
-        yield GaugeMetricFamily(f"{NS}_config_last_reload_successful",
-                                "1 when the last config (re)load succeeded; 0 keeps the old config running.",
-                                value=self.successful)
-        yield GaugeMetricFamily(f"{NS}_config_last_reload_success_timestamp_seconds",
-                                "Unix time of the last successful config load.", value=self.success_time)
-        c = CounterMetricFamily(f"{NS}_config_reloads", "Config reloads by result.", labels=["result"])
+        yield family(F.CONFIG_LAST_RELOAD_SUCCESSFUL, self.successful)
+        yield family(F.CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, self.success_time)
+        c = family(F.CONFIG_RELOADS_TOTAL)
         for k, v in self.reloads.items():
             c.add_metric([k], v)
         yield c

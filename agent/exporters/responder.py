@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
-from agent.exporters import NS, View, counter_by
+from agent.exporters import View, counter_by, declared, family
+from agent.models import figures as F
+from agent.models.units import DIRECTIONS
 
 if TYPE_CHECKING:
     from agent.responder.stats import ResponderSnapshot
@@ -15,11 +17,11 @@ if TYPE_CHECKING:
 class ResponderView(View):
     """Renders `ResponderStats.snapshot()`; takes the snapshot function so a scrape never touches sockets."""
 
-    FAMILIES = tuple((f"{NS}_responder_{name}", typ) for name, typ in (
-        ("listening", "gauge"), ("busy", "gauge"), ("allowed_networks", "gauge"), ("connections", "counter"),
-        ("tests", "counter"), ("refused", "counter"), ("dropped", "counter"), ("bytes", "counter"),
-        ("last_test_timestamp_seconds", "gauge"), ("served_last_hour_bytes", "gauge"),
-        ("hourly_budget_bytes", "gauge")))
+    FAMILIES = declared(F.RESPONDER_LISTENING, F.RESPONDER_BUSY, F.RESPONDER_ALLOWED_NETWORKS,
+                        F.RESPONDER_CONNECTIONS_TOTAL, F.RESPONDER_TESTS_TOTAL, F.RESPONDER_REFUSED_TOTAL,
+                        F.RESPONDER_DROPPED_TOTAL, F.RESPONDER_BYTES_TOTAL,
+                        F.RESPONDER_LAST_TEST_TIMESTAMP_SECONDS, F.RESPONDER_SERVED_LAST_HOUR_BYTES,
+                        F.RESPONDER_HOURLY_BUDGET_BYTES)
 
     def __init__(self, snapshot: Callable[[], Optional[ResponderSnapshot]]) -> None:
         self._snapshot = snapshot
@@ -28,40 +30,21 @@ class ResponderView(View):
         snap = self._snapshot()
         if snap is None:
             return
-        yield GaugeMetricFamily(f"{NS}_responder_listening", "1 when the responder is bound to its port and "
-                                "accepting tests (0: disabled, or the port could not be bound).",
-                                value=1.0 if snap.listening else 0.0)
-        yield GaugeMetricFamily(f"{NS}_responder_busy", "1 while a test is running (others get \"busy\").",
-                                value=1.0 if snap.busy else 0.0)
-        yield GaugeMetricFamily(f"{NS}_responder_allowed_networks", "Source networks allowed to run tests.",
-                                value=float(len(snap.allowed_networks)))
-        yield CounterMetricFamily(f"{NS}_responder_connections", "TCP connections accepted (control and data).",
-                                  value=snap.connections)
-        yield counter_by(f"{NS}_responder_tests", "Tests that started (cookie and parameters accepted), by "
-                         "result: completed (results exchanged) or aborted.", "result", snap.tests)
-        yield counter_by(f"{NS}_responder_refused", "Tests refused, by reason: not_allowed (source outside the "
-                         "allow list), busy, rate_limited (max_tests_per_hour), duration, streams, bytes (over "
-                         "the caps), unsupported; and, answered as busy, credit_floor, would_cross_floor (this "
-                         "host's credit under credit_floor, now or after the test), budget (hourly serving "
-                         "budget).", "reason", snap.refused)
-        yield counter_by(f"{NS}_responder_dropped", "Connections or tests dropped for protocol trouble, by "
-                         "reason: timeout (a state took too long), garbage, closed, terminated (the client gave "
-                         "up), stream_error, overload.", "reason", snap.dropped)
-        nbytes = CounterMetricFamily(f"{NS}_responder_bytes", "Test payload bytes: in = received by the "
-                                     "responder, out = sent by it (counts a running test as it goes).",
-                                     labels=["direction"])
-        for direction in ("in", "out"):
+        yield family(F.RESPONDER_LISTENING, 1.0 if snap.listening else 0.0)
+        yield family(F.RESPONDER_BUSY, 1.0 if snap.busy else 0.0)
+        yield family(F.RESPONDER_ALLOWED_NETWORKS, float(len(snap.allowed_networks)))
+        yield family(F.RESPONDER_CONNECTIONS_TOTAL, snap.connections)
+        yield counter_by(F.RESPONDER_TESTS_TOTAL, snap.tests)
+        yield counter_by(F.RESPONDER_REFUSED_TOTAL, snap.refused)
+        yield counter_by(F.RESPONDER_DROPPED_TOTAL, snap.dropped)
+        nbytes = family(F.RESPONDER_BYTES_TOTAL)
+        for direction in DIRECTIONS:
             nbytes.add_metric([direction], snap.bytes.get(direction, 0))
         yield nbytes
-        yield GaugeMetricFamily(f"{NS}_responder_last_test_timestamp_seconds", "Unix time the last test ended "
-                                "(0: none yet).", value=snap.last_test_timestamp)
-        served = GaugeMetricFamily(f"{NS}_responder_served_last_hour_bytes", "Test payload bytes served in the "
-                                   "last sliding hour (in = received, out = sent; a running test counts as it "
-                                   "goes): what the hourly budget counts.", labels=["direction"])
-        for direction in ("in", "out"):
+        yield family(F.RESPONDER_LAST_TEST_TIMESTAMP_SECONDS, snap.last_test_timestamp)
+        served = family(F.RESPONDER_SERVED_LAST_HOUR_BYTES)
+        for direction in DIRECTIONS:
             served.add_metric([direction], snap.served_last_hour.get(direction, 0))
         yield served
         if snap.hourly_budget_bytes is not None:
-            yield GaugeMetricFamily(f"{NS}_responder_hourly_budget_bytes", "Most bytes served per direction in "
-                                    "any sliding hour, all sources together ([responder] hourly_budget_bytes).",
-                                    value=snap.hourly_budget_bytes)
+            yield family(F.RESPONDER_HOURLY_BUDGET_BYTES, snap.hourly_budget_bytes)

@@ -4,29 +4,21 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
-from agent.exporters import NS, View
+from agent.exporters import View, counter_by, declared, family
+from agent.models import figures as F
 from agent.writers.spool import DROP_REASONS, SpoolStats
 
 
-def _render(errors: dict[str, int], spools: list[SpoolStats], every: bool = False) -> Iterable[Metric]:
-    fam = CounterMetricFamily(f"{NS}_state_write_errors", "Writes under state_dir that failed (read-only or "
-                              "full filesystem, permissions), by file: a state file's name or spool/<name>. "
-                              "The daemon keeps running; the first error of a file is logged.", labels=["file"])
-    for name, n in sorted(errors.items()):
-        fam.add_metric([name], n)
-    yield fam
-    if not spools and not every:
+def _render(errors: dict[str, int], spools: list[SpoolStats]) -> Iterable[Metric]:
+    yield counter_by(F.STATE_WRITE_ERRORS_TOTAL, errors)
+    if not spools:
         return
-    records = GaugeMetricFamily(f"{NS}_spool_records", "Records waiting in the spool on disk (CloudWatch: one "
-                                "per flush; probe archive: one per object).", labels=["spool"])
-    size = GaugeMetricFamily(f"{NS}_spool_bytes", "Bytes the spool holds on disk.", labels=["spool"])
-    dropped = CounterMetricFamily(f"{NS}_spool_dropped_records", "Spool records given up: full (the oldest, "
-                                  "to stay within the spool's bounds), corrupt (damaged file found at start).",
-                                  labels=["spool", "reason"])
-    replayed = CounterMetricFamily(f"{NS}_spool_replayed_records", "Records an earlier run left in the spool, "
-                                   "found at start and sent first.", labels=["spool"])
+    records = family(F.SPOOL_RECORDS)
+    size = family(F.SPOOL_BYTES)
+    dropped = family(F.SPOOL_DROPPED_RECORDS_TOTAL)
+    replayed = family(F.SPOOL_REPLAYED_RECORDS_TOTAL)
     for s in spools:
         records.add_metric([s.name], s.records)
         size.add_metric([s.name], s.bytes)
@@ -43,7 +35,8 @@ class StateView(View):
     """Renders the write-error counts of agent/writers/statefile.py (WRITE_ERRORS) and each spool's stats;
     the spool families only when a spool is in use."""
 
-    FAMILIES = tuple((m.name, m.type) for m in _render({}, [], every=True))
+    FAMILIES = declared(F.STATE_WRITE_ERRORS_TOTAL, F.SPOOL_RECORDS, F.SPOOL_BYTES, F.SPOOL_DROPPED_RECORDS_TOTAL,
+                        F.SPOOL_REPLAYED_RECORDS_TOTAL)
 
     def __init__(self, errors: Callable[[], dict[str, int]], spools: Callable[[], list[SpoolStats]]) -> None:
         self._errors = errors

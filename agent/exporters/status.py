@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+from agent.models import figures as F
+from agent.models.units import DIRECTIONS
 from agent.readers.daemon_metrics import Sample
 
 BAR = 30
@@ -24,47 +26,37 @@ def _val(samples: list[Sample], name: str, **labels: str) -> Optional[float]:
     return s.value if s else None
 
 
+def _field(samples: list[Sample], fig: F.Figure, form: F.StatusForm, direction: str) -> Any:
+    """One field of a direction, as the figure's StatusForm says to read its samples."""
+    if form.pick == "sum":
+        return sum(s.value for s in _find(samples, fig.name, direction=direction))
+    s = _one(samples, fig.name, direction=direction)
+    if form.pick == "source":
+        return s.labels.get("source") if s else None
+    if form.pick == "flag":
+        return s is not None and s.value == 1.0
+    # None from a daemon older than the figure (e.g. the trend forecasts)
+    return s.value if s else None
+
+
 def build_status(samples: list[Sample]) -> dict[str, Any]:
-    """The JSON document: identity, profile, credits per direction, shaping, checks, probes."""
+    """The JSON document: identity, profile, credits per direction (the fields the figure table gives a
+    StatusForm), shaping, checks, probes, the responder and the fleet."""
     doc: dict[str, Any] = {}
-    build = _one(samples, "burstwatch_build_info")
+    build = _one(samples, F.BUILD_INFO.name)
     doc["version"] = build.labels.get("version") if build else None
-    info = _one(samples, "burstwatch_instance_info")
-    doc["instance"] = dict(info.labels) if info else None
-    disc = _one(samples, "burstwatch_instance_discovery_info")
-    doc["discovery"] = dict(disc.labels) if disc else None
-    model = _one(samples, "burstwatch_credit_model_info")
-    doc["credit_model"] = dict(model.labels) if model else None
-    doc["directions"] = {}
-    for d in ("in", "out"):
-        base = _one(samples, "burstwatch_bandwidth_baseline_bytes_per_second", direction=d)
-        peak = _one(samples, "burstwatch_bandwidth_peak_bytes_per_second", direction=d)
-        binfo = _one(samples, "burstwatch_credit_bucket_info", direction=d)
-        doc["directions"][d] = {
-            "rate_bytes_per_second": _val(samples, "burstwatch_throughput_bytes_per_second", direction=d),
-            "baseline_bytes_per_second": base.value if base else None,
-            "baseline_source": base.labels.get("source") if base else None,
-            "peak_bytes_per_second": peak.value if peak else None,
-            "peak_source": peak.labels.get("source") if peak else None,
-            "remaining_bytes": _val(samples, "burstwatch_credit_remaining_bytes", direction=d),
-            "remaining_ratio": _val(samples, "burstwatch_credit_remaining_ratio", direction=d),
-            "bucket_bytes": _val(samples, "burstwatch_credit_bucket_bytes", direction=d),
-            "bucket_source": binfo.labels.get("source") if binfo else None,
-            "exhaustion_seconds": _val(samples, "burstwatch_credit_exhaustion_seconds", direction=d),
-            "refill_seconds": _val(samples, "burstwatch_credit_refill_seconds", direction=d),
-            # At the net rate over [credits] forecast_window (None from a daemon older than the trend).
-            "exhaustion_trend_seconds": _val(samples, "burstwatch_credit_exhaustion_trend_seconds", direction=d),
-            "refill_trend_seconds": _val(samples, "burstwatch_credit_refill_trend_seconds", direction=d),
-            "exhausted": _val(samples, "burstwatch_credit_exhausted", direction=d) == 1.0,
-            "shaping_packets_total": sum(s.value for s in _find(samples, "burstwatch_shaping_packets_total",
-                                                                direction=d)),
-        }
-    checks = [s for s in _find(samples, "burstwatch_check_status") if s.value == 1.0]
+    for key, fig in (("instance", F.INSTANCE_INFO), ("discovery", F.INSTANCE_DISCOVERY_INFO),
+                     ("credit_model", F.CREDIT_MODEL_INFO)):
+        info = _one(samples, fig.name)
+        doc[key] = dict(info.labels) if info else None
+    doc["directions"] = {d: {form.key: _field(samples, fig, form, d) for fig, form in F.STATUS_FIELDS}
+                         for d in DIRECTIONS}
+    checks = [s for s in _find(samples, F.CHECK_STATUS.name) if s.value == 1.0]
     doc["checks"] = [{"check": s.labels.get("check"), "interface": s.labels.get("interface"),
                       "status": s.labels.get("status")} for s in checks]
     doc["probes"] = [{"peer": s.labels.get("peer"), "direction": s.labels.get("direction"),
                       "bytes_per_second": s.value}
-                     for s in _find(samples, "burstwatch_probe_throughput_bytes_per_second")]
+                     for s in _find(samples, F.PROBE_THROUGHPUT_BYTES_PER_SECOND.name)]
     doc["responder"] = _responder(samples)
     doc["fleet"] = _fleet(samples)
     return doc
@@ -73,28 +65,28 @@ def build_status(samples: list[Sample]) -> dict[str, Any]:
 def _fleet(samples: list[Sample]) -> Optional[dict[str, Any]]:
     """The fleet's consensus bucket for this type and how many instances stand behind it (None when
     [fleet] is off; docs/fleet.md)."""
-    instances = _val(samples, "burstwatch_fleet_consensus_instances")
+    instances = _val(samples, F.FLEET_CONSENSUS_INSTANCES.name)
     if instances is None:
         return None
     return {"consensus_instances": int(instances),
-            "consensus_bucket_bytes": _val(samples, "burstwatch_fleet_consensus_bucket_bytes"),
-            "published_total": _val(samples, "burstwatch_fleet_published_total"),
-            "backlog_objects": _val(samples, "burstwatch_fleet_backlog_objects")}
+            "consensus_bucket_bytes": _val(samples, F.FLEET_CONSENSUS_BUCKET_BYTES.name),
+            "published_total": _val(samples, F.FLEET_PUBLISHED_TOTAL.name),
+            "backlog_objects": _val(samples, F.FLEET_BACKLOG_OBJECTS.name)}
 
 
 def _responder(samples: list[Sample]) -> Optional[dict[str, Any]]:
     """The responder's serving in the last hour against its budget, and its refusals by reason (None when
     the daemon runs no responder)."""
-    listening = _val(samples, "burstwatch_responder_listening")
+    listening = _val(samples, F.RESPONDER_LISTENING.name)
     if listening is None:
         return None
     return {
         "listening": listening == 1.0,
-        "served_last_hour_bytes": {d: _val(samples, "burstwatch_responder_served_last_hour_bytes", direction=d)
-                                   for d in ("in", "out")},
-        "hourly_budget_bytes": _val(samples, "burstwatch_responder_hourly_budget_bytes"),
+        "served_last_hour_bytes": {d: _val(samples, F.RESPONDER_SERVED_LAST_HOUR_BYTES.name, direction=d)
+                                   for d in DIRECTIONS},
+        "hourly_budget_bytes": _val(samples, F.RESPONDER_HOURLY_BUDGET_BYTES.name),
         "refused": {s.labels.get("reason", ""): int(s.value)
-                    for s in _find(samples, "burstwatch_responder_refused_total")},
+                    for s in _find(samples, F.RESPONDER_REFUSED_TOTAL.name)},
     }
 
 
@@ -159,6 +151,29 @@ def _forecast(what: str, instant: Optional[float], trend: Optional[float], verb:
 
 
 def render_text(doc: dict[str, Any]) -> str:
+    """What a person reads: identity and sources, a bar and forecasts per direction, then checks, probes,
+    the fleet and the responder (each only when there is something to say)."""
+    lines = _identity(doc)
+    state = (doc.get("credit_model") or {}).get("state", "unknown_profile")
+    for d, v in doc["directions"].items():
+        lines += _direction(d, v, state)
+    lines += _checks(doc["checks"])
+    for p in doc["probes"]:
+        lines.append(f"  probe {p['peer']} {p['direction']}: {_gbit(p['bytes_per_second'])}")
+    f = doc.get("fleet")
+    if f:
+        bucket = f["consensus_bucket_bytes"]
+        agree = (f"{bucket * 8 / 1e9:.4g} Gbit from {f['consensus_instances']} instances"
+                 if f["consensus_instances"] and bucket is not None else "no consensus yet")
+        lines.append(f"  fleet: {agree}; published {int(f['published_total'] or 0)}, "
+                     f"waiting {int(f['backlog_objects'] or 0)}")
+    r = doc.get("responder")
+    if r:
+        lines.append(_responder_line(r))
+    return "\n".join(lines)
+
+
+def _identity(doc: dict[str, Any]) -> list[str]:
     lines = []
     inst = doc.get("instance") or {}
     if inst.get("on_ec2") == "true" or inst.get("instance_id"):
@@ -171,56 +186,53 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append(f"  sources: imds {disc.get('imds', '?')}, type from {disc.get('instance_type_source', '?')}, "
                      f"bandwidth from {disc.get('type_data_source', '?')}, "
                      f"DescribeInstanceTypes {disc.get('api', '?')}")
-    state = (doc.get("credit_model") or {}).get("state", "unknown_profile")
-    for d, v in doc["directions"].items():
-        rate = f"rate {_gbit(v['rate_bytes_per_second'])} (baseline {_gbit(v['baseline_bytes_per_second'])}" \
-               f" [{v['baseline_source'] or 'none'}], peak {_gbit(v['peak_bytes_per_second'])}" \
-               f" [{v['peak_source'] or 'none'}])"
-        ratio = v["remaining_ratio"]
-        if ratio is None:
-            what = "never exhausts (baseline = peak)" if state == "never_exhausts" else "no profile: no estimate"
-            lines.append(f"  {d:<3} {what}  {rate}")
-            continue
-        filled = int(round(max(0.0, min(1.0, ratio)) * BAR))
-        bar = "[" + "#" * filled + "." * (BAR - filled) + "]"
-        if v["exhausted"]:
-            when = "EMPTY: shaped to the baseline"
-        elif _finite(v["exhaustion_seconds"]) or _finite(v["exhaustion_trend_seconds"]):
-            when = _forecast("empty", v["exhaustion_seconds"], v["exhaustion_trend_seconds"], "draining")
-        elif ratio >= 0.999:
-            when = "full"
-        else:
-            when = _forecast("full", v["refill_seconds"], v["refill_trend_seconds"], "refilling")
-        bucket = (v["bucket_bytes"] or 0) * 8 / 1e9
-        lines.append(f"  {d:<3} {bar} {ratio * 100:5.1f}% of {bucket:.4g} Gbit ({v['bucket_source']})  {when}")
-        lines.append(f"      {rate}  shaped packets {int(v['shaping_packets_total'])}")
-    if doc["checks"]:
-        counts: dict[str, int] = {}
-        for c in doc["checks"]:
-            counts[c["status"]] = counts.get(c["status"], 0) + 1
-        lines.append("  checks: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-                     + "  (`burstwatch check` for details)")
-        for c in doc["checks"]:
-            if c["status"] in ("fail", "warn"):
-                lines.append(f"    {c['status']:<4} {c['check']} {c['interface'] or ''}")
-    for p in doc["probes"]:
-        lines.append(f"  probe {p['peer']} {p['direction']}: {_gbit(p['bytes_per_second'])}")
-    f = doc.get("fleet")
-    if f:
-        bucket = f["consensus_bucket_bytes"]
-        agree = (f"{bucket * 8 / 1e9:.4g} Gbit from {f['consensus_instances']} instances"
-                 if f["consensus_instances"] and bucket is not None else "no consensus yet")
-        lines.append(f"  fleet: {agree}; published {int(f['published_total'] or 0)}, "
-                     f"waiting {int(f['backlog_objects'] or 0)}")
-    r = doc.get("responder")
-    if r:
-        served = r["served_last_hour_bytes"]
-        budget = r["hourly_budget_bytes"]
-        line = (f"  responder {'listening' if r['listening'] else 'NOT listening'}: served in the last hour "
-                f"in {_size(served['in'])}, out {_size(served['out'])}")
-        if budget is not None:
-            line += f" (budget {_size(budget)} each)"
-        refused = {k: v for k, v in sorted(r["refused"].items()) if v}
-        line += "; refused " + (", ".join(f"{k} {v}" for k, v in refused.items()) if refused else "none")
-        lines.append(line)
-    return "\n".join(lines)
+    return lines
+
+
+def _direction(d: str, v: dict[str, Any], state: str) -> list[str]:
+    """A direction's bar (credit left), when it runs out or fills, its rate against baseline and peak."""
+    rate = f"rate {_gbit(v['rate_bytes_per_second'])} (baseline {_gbit(v['baseline_bytes_per_second'])}" \
+           f" [{v['baseline_source'] or 'none'}], peak {_gbit(v['peak_bytes_per_second'])}" \
+           f" [{v['peak_source'] or 'none'}])"
+    ratio = v["remaining_ratio"]
+    if ratio is None:
+        what = "never exhausts (baseline = peak)" if state == "never_exhausts" else "no profile: no estimate"
+        return [f"  {d:<3} {what}  {rate}"]
+    filled = int(round(max(0.0, min(1.0, ratio)) * BAR))
+    bar = "[" + "#" * filled + "." * (BAR - filled) + "]"
+    if v["exhausted"]:
+        when = "EMPTY: shaped to the baseline"
+    elif _finite(v["exhaustion_seconds"]) or _finite(v["exhaustion_trend_seconds"]):
+        when = _forecast("empty", v["exhaustion_seconds"], v["exhaustion_trend_seconds"], "draining")
+    elif ratio >= 0.999:
+        when = "full"
+    else:
+        when = _forecast("full", v["refill_seconds"], v["refill_trend_seconds"], "refilling")
+    bucket = (v["bucket_bytes"] or 0) * 8 / 1e9
+    return [f"  {d:<3} {bar} {ratio * 100:5.1f}% of {bucket:.4g} Gbit ({v['bucket_source']})  {when}",
+            f"      {rate}  shaped packets {int(v['shaping_packets_total'])}"]
+
+
+def _checks(checks: list[dict[str, Any]]) -> list[str]:
+    if not checks:
+        return []
+    counts: dict[str, int] = {}
+    for c in checks:
+        counts[c["status"]] = counts.get(c["status"], 0) + 1
+    lines = ["  checks: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+             + "  (`burstwatch check` for details)"]
+    for c in checks:
+        if c["status"] in ("fail", "warn"):
+            lines.append(f"    {c['status']:<4} {c['check']} {c['interface'] or ''}")
+    return lines
+
+
+def _responder_line(r: dict[str, Any]) -> str:
+    served = r["served_last_hour_bytes"]
+    budget = r["hourly_budget_bytes"]
+    line = (f"  responder {'listening' if r['listening'] else 'NOT listening'}: served in the last hour "
+            f"in {_size(served['in'])}, out {_size(served['out'])}")
+    if budget is not None:
+        line += f" (budget {_size(budget)} each)"
+    refused = {k: v for k, v in sorted(r["refused"].items()) if v}
+    return line + "; refused " + (", ".join(f"{k} {v}" for k, v in refused.items()) if refused else "none")

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 # exporter-toolkit's client_auth_type values that Python's ssl module can honour. RequestClientCert and
 # RequireAnyClientCert ask for a certificate without verifying it; OpenSSL through Python verifies any
-# certificate it asks for, so those two are refused at load (config.check_client_auth_type).
+# certificate it asks for, so those two are refused at load (config_checks.check_client_auth_type).
 CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
                "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
 TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}

@@ -118,8 +118,8 @@ class FleetService:
             self._dirty = True
             self._cond.notify_all()
 
-    def stats(self) -> FleetStats:
-        q = self.queue.stats()
+    def snapshot(self) -> FleetStats:
+        q = self.queue.snapshot()
         with self._cond:
             return FleetStats(q.uploaded, q.failed, q.backlog, q.dropped, self._objects_read, dict(self._rejected),
                               dict(self._errors), self._refreshes, self._last_refresh, self._consensus,

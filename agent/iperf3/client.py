@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from agent.iperf3 import protocol as p
+from agent.iperf3.params import TestParams
 from agent.iperf3.report import Cpu, StartInfo, StreamRecord, build_document
+from agent.iperf3.results import Results, StreamResult, parse_results
 from agent.iperf3.sockets import connect_data, make_streams
 from agent.iperf3.streams import ByteBudget, CpuMeter, Stream, StreamSettings
 from agent.iperf3.tcpinfo import congestion_control
@@ -57,24 +59,19 @@ def format_peer(host: str, port: int) -> str:
 
 
 def validate(req: ProbeRequest) -> Optional[str]:
-    """What is wrong with a request (None when it is fine)."""
-    if not req.host:
-        return "no host"
-    if not 0 < req.port < 65536:
-        return f"port {req.port} is not 1..65535"
-    if not 1 <= req.streams <= p.MAX_STREAMS:
-        return f"streams {req.streams} is not 1..{p.MAX_STREAMS}"
-    if not 0 < req.duration <= 86400:
-        return f"duration {req.duration:g}s is not in (0, 86400]"
-    if not 0.1 <= req.interval <= 60:
-        return f"interval {req.interval:g}s is not 0.1..60"
-    if req.bitrate is not None and req.bitrate < 0:
-        return f"bitrate {req.bitrate} is negative"
-    if req.connect_timeout <= 0:
-        return "connect_timeout must be positive"
-    if req.bidir and req.reverse:
-        return "bidir and reverse cannot be used together (iperf3: cannot be both reverse and bidirectional)"
-    return None
+    """What is wrong with a request (None when it is fine): the first rule it breaks, in this order."""
+    rules = (
+        (not req.host, "no host"),
+        (not 0 < req.port < 65536, f"port {req.port} is not 1..65535"),
+        (not 1 <= req.streams <= p.MAX_STREAMS, f"streams {req.streams} is not 1..{p.MAX_STREAMS}"),
+        (not 0 < req.duration <= 86400, f"duration {req.duration:g}s is not in (0, 86400]"),
+        (not 0.1 <= req.interval <= 60, f"interval {req.interval:g}s is not 0.1..60"),
+        (req.bitrate is not None and req.bitrate < 0, f"bitrate {req.bitrate} is negative"),
+        (req.connect_timeout <= 0, "connect_timeout must be positive"),
+        (req.bidir and req.reverse,
+         "bidir and reverse cannot be used together (iperf3: cannot be both reverse and bidirectional)"),
+    )
+    return next((message for broken, message in rules if broken), None)
 
 
 def run_probe(req: ProbeRequest) -> dict[str, Any]:
@@ -160,7 +157,7 @@ class _ClientTest:
             raise self.fail(f"unexpected control state {p.STATE_NAMES.get(state, state)} while waiting for {what}")
         return state
 
-    def params(self, mss: Optional[int]) -> p.TestParams:
+    def params(self, mss: Optional[int]) -> TestParams:
         req = self.req
         if req.udp:
             blksize = min(mss or p.DEFAULT_UDP_BLKSIZE, p.MAX_UDP_BLKSIZE)
@@ -169,9 +166,9 @@ class _ClientTest:
             blksize, rate = p.DEFAULT_TCP_BLKSIZE, req.bitrate or 0
         # iperf3 sends whole seconds; the server only uses them for its own safety timer, and we end the
         # test ourselves at exactly `duration`.
-        return p.TestParams(protocol="udp" if req.udp else "tcp", duration=max(1, math.ceil(req.duration)),
-                            num_streams=req.streams, reverse=req.reverse, bidirectional=req.bidir,
-                            blksize=blksize, bandwidth=rate)
+        return TestParams(protocol="udp" if req.udp else "tcp", duration=max(1, math.ceil(req.duration)),
+                          num_streams=req.streams, reverse=req.reverse, bidirectional=req.bidir,
+                          blksize=blksize, bandwidth=rate)
 
     def connect_control(self) -> None:
         req = self.req
@@ -235,9 +232,38 @@ class _ClientTest:
         req = self.req
         setup = max(req.connect_timeout, 1.0)
         self.connect_control()
+        started_wall = time.time()
+        params, mss = self._handshake(setup)
+        self._open_streams(params)
+        self.expect((p.TEST_START,), setup, "TEST_START")
+        self.expect((p.TEST_RUNNING,), setup, "TEST_RUNNING")
+        cpu = CpuMeter()
+        t0 = time.monotonic()
+        self._measure(t0)
+        # With --bidir the server sends until it reads TEST_END, and our receivers have stopped counting:
+        # say it before waiting for our senders' last write (up to 0.2 s), or the reverse half would read
+        # that much low (iperf3's single-threaded client sends TEST_END at once too).
+        early_end = req.bidir
+        t_end = self._stop_streams(setup, early_end)
+        cpu_now = Cpu(*cpu.read())
+        congestion = congestion_control(self.streams[0].sock) if not req.udp and self.streams else None
+        mine = self._my_results(cpu_now, congestion, t_end - t0)
+        theirs = self._exchange_results(mine, setup, early_end)
+        assert self.ctrl is not None
+        first = self.streams[0].sock if self.streams else self.ctrl.sock
+        start = StartInfo(
+            host=req.host, port=req.port, cookie=p.cookie_text(self.cookie), protocol="UDP" if req.udp else "TCP",
+            num_streams=req.streams, blksize=params.blksize, duration=req.duration, reverse=req.reverse,
+            bidir=req.bidir,
+            target_bitrate=params.bandwidth, timestamp=started_wall, tcp_mss_default=mss,
+            sndbuf_actual=_sockopt(first, socket.SO_SNDBUF), rcvbuf_actual=_sockopt(first, socket.SO_RCVBUF))
+        return build_document(start, self.records, t0, t_end, req.interval, theirs, cpu_now, congestion, req.udp)
+
+    def _handshake(self, setup: float) -> tuple[TestParams, Optional[int]]:
+        """Cookie, PARAM_EXCHANGE with our parameters, CREATE_STREAMS: the parameters sent and the control
+        connection's MSS (None when the kernel does not say)."""
         assert self.ctrl is not None
         ctrl = self.ctrl
-        started_wall = time.time()
         try:
             ctrl.send(self.cookie, setup)
             self.expect((p.PARAM_EXCHANGE,), setup, "PARAM_EXCHANGE")
@@ -251,22 +277,24 @@ class _ClientTest:
             self.handshake_done = True
         except p.ProtocolError as exc:
             raise self.fail(str(exc)) from None
+        return params, mss
 
+    def _open_streams(self, params: TestParams) -> None:
+        req = self.req
         local_sender = not req.reverse
         # iperf_client_api.c: with --bidir the client makes its sending streams first, then its receiving
         # ones; the server takes them in that order (iperf_server_api.c), and both number them 1, 3, 4, ...
         roles = [True] * req.streams + [False] * req.streams if req.bidir else [local_sender] * req.streams
         settings = StreamSettings(rate=params.bandwidth, blksize=params.blksize)
-        budget = ByteBudget(None)
         for sid in p.stream_ids(len(roles)):
             self.socks.append(self.connect_stream(sid))
         self.streams = make_streams(self.socks, sender=roles, udp=req.udp, settings=settings,
-                                    budget=budget, label="c")
+                                    budget=ByteBudget(None), label="c")
 
-        self.expect((p.TEST_START,), setup, "TEST_START")
-        self.expect((p.TEST_RUNNING,), setup, "TEST_RUNNING")
-        cpu = CpuMeter()
-        t0 = time.monotonic()
+    def _measure(self, t0: float) -> None:
+        """Start the streams at t0 and sample them every interval until `duration`, watching the control
+        connection (the server speaks only to abort) and the streams' health meanwhile."""
+        req = self.req
         for s in self.streams:
             self.records.append(StreamRecord(s.id, s.fd, s.sender, _hostport(s.local), _hostport(s.remote)))
         for s, rec in zip(self.streams, self.records):
@@ -284,24 +312,23 @@ class _ClientTest:
                 self.check_streams()
                 continue
             if wake >= t_stop:
-                break
+                return
             for s, rec in zip(self.streams, self.records):
                 rec.samples.append(s.sample(now))
             boundary += req.interval
 
-        # The end: senders finish their current write, receivers stop counting (and keep draining).
+    def _stop_streams(self, setup: float, early_end: bool) -> float:
+        """The end: senders finish their current write, receivers stop counting (and keep draining); the
+        last sample is taken when the senders are done. Returns that instant."""
+        assert self.ctrl is not None
         for s in self.streams:
             if s.sender:
                 s.stop()
             else:
                 s.stop_counting()
-        # With --bidir the server sends until it reads TEST_END, and our receivers have stopped counting:
-        # say it before waiting for our senders' last write (up to 0.2 s), or the reverse half would read
-        # that much low (iperf3's single-threaded client sends TEST_END at once too).
-        early_end = req.bidir
         if early_end:
             try:
-                ctrl.send_state(p.TEST_END, setup)
+                self.ctrl.send_state(p.TEST_END, setup)
             except p.ProtocolError as exc:
                 raise self.fail(str(exc)) from None
         for s in self.streams:
@@ -310,23 +337,29 @@ class _ClientTest:
         t_end = time.monotonic()
         for s, rec in zip(self.streams, self.records):
             rec.samples.append(s.sample(t_end))
-        cpu_now = Cpu(*cpu.read())
-        congestion = congestion_control(self.streams[0].sock) if not req.udp and self.streams else None
+        return t_end
+
+    def _my_results(self, cpu: Cpu, congestion: Optional[str], duration: float) -> Results:
         has_retrans = -1  # iperf3 says -1 for a side that only received
         if any(r.sender for r in self.records):
-            has_retrans = 1 if not req.udp and all(r.samples[-1].info is not None for r in self.records
-                                                   if r.sender) else 0
-        duration = t_end - t0
-        mine = p.Results(cpu_total=cpu_now.total, cpu_user=cpu_now.user, cpu_system=cpu_now.system,
-                         sender_has_retransmits=has_retrans, congestion_used=congestion,
-                         streams=tuple(self._my_result(s, rec, duration) for s, rec in zip(self.streams,
-                                                                                           self.records)))
+            has_retrans = 1 if not self.req.udp and all(r.samples[-1].info is not None for r in self.records
+                                                        if r.sender) else 0
+        return Results(cpu_total=cpu.total, cpu_user=cpu.user, cpu_system=cpu.system,
+                       sender_has_retransmits=has_retrans, congestion_used=congestion,
+                       streams=tuple(self._my_result(s, rec, duration)
+                                     for s, rec in zip(self.streams, self.records)))
+
+    def _exchange_results(self, mine: Results, setup: float, early_end: bool) -> Results:
+        """TEST_END (unless sent already), EXCHANGE_RESULTS both ways, DISPLAY_RESULTS, IPERF_DONE: the
+        server's results, checked against our streams."""
+        assert self.ctrl is not None
+        ctrl = self.ctrl
         try:
             if not early_end:
                 ctrl.send_state(p.TEST_END, setup)
             self.expect((p.EXCHANGE_RESULTS,), RESULTS_TIMEOUT, "EXCHANGE_RESULTS")
             ctrl.send_message(mine.to_json(), setup)
-            theirs = p.parse_results(ctrl.recv_message(RESULTS_TIMEOUT, p.MAX_RESULTS_MESSAGE))
+            theirs = parse_results(ctrl.recv_message(RESULTS_TIMEOUT, p.MAX_RESULTS_MESSAGE))
             self.expect((p.DISPLAY_RESULTS,), RESULTS_TIMEOUT, "DISPLAY_RESULTS")
             for s in self.streams:
                 s.close()
@@ -337,15 +370,7 @@ class _ClientTest:
         unknown = {r.id for r in theirs.streams} - {s.id for s in self.streams}
         if unknown:
             raise self.fail(f"results name streams we do not have: {sorted(unknown)}")
-
-        first = self.streams[0].sock if self.streams else ctrl.sock
-        start = StartInfo(
-            host=req.host, port=req.port, cookie=p.cookie_text(self.cookie), protocol="UDP" if req.udp else "TCP",
-            num_streams=req.streams, blksize=params.blksize, duration=req.duration, reverse=req.reverse,
-            bidir=req.bidir,
-            target_bitrate=params.bandwidth, timestamp=started_wall, tcp_mss_default=mss,
-            sndbuf_actual=_sockopt(first, socket.SO_SNDBUF), rcvbuf_actual=_sockopt(first, socket.SO_RCVBUF))
-        return build_document(start, self.records, t0, t_end, req.interval, theirs, cpu_now, congestion, req.udp)
+        return theirs
 
     def _wait_server_reset(self, timeout: float = 1.0) -> None:
         """Wait (briefly) for the server to close the control connection after IPERF_DONE.
@@ -366,13 +391,13 @@ class _ClientTest:
             return
 
     @staticmethod
-    def _my_result(s: Stream, rec: StreamRecord, duration: float) -> p.StreamResult:
+    def _my_result(s: Stream, rec: StreamRecord, duration: float) -> StreamResult:
         last, first = rec.samples[-1], rec.samples[0]
         retrans = -1
         if s.sender and last.info is not None:
             retrans = max(0, last.info.total_retrans - (first.info.total_retrans if first.info else 0))
-        return p.StreamResult(id=s.id, bytes=last.bytes, retransmits=retrans, jitter=last.jitter,
-                              errors=last.errors, packets=last.packets, start_time=0.0, end_time=duration)
+        return StreamResult(id=s.id, bytes=last.bytes, retransmits=retrans, jitter=last.jitter,
+                            errors=last.errors, packets=last.packets, start_time=0.0, end_time=duration)
 
     def abort(self) -> None:
         """Tell the server we are giving up (iperf3's CLIENT_TERMINATE), best effort."""

@@ -1,4 +1,6 @@
-"""iperf3's control protocol (3.x): states, cookie, length-framed JSON, parameters and results."""
+"""iperf3's control protocol (3.x): states, error codes, cookie, length-framed JSON and the control connection.
+
+The parameter object is parsed in params.py and the results object in results.py."""
 
 from __future__ import annotations
 
@@ -9,8 +11,7 @@ import select
 import socket
 import struct
 import time
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 # Control states, sent as one signed byte on the control connection (esnet/iperf src/iperf_api.h).
 TEST_START = 1
@@ -154,7 +155,7 @@ def quote(value: Any) -> str:
         return f"a deeply nested {type(value).__name__}"
 
 
-def _finite(value: Any) -> bool:
+def finite_number(value: Any) -> bool:
     """A JSON number that fits the parsers: not a bool, and for a float not inf/nan (an int of any size
     is finite; math.isfinite() of one beyond a float's range raises OverflowError)."""
     if isinstance(value, bool):
@@ -174,6 +175,17 @@ class PeerClosed(ProtocolError):
 
 class Timeout(ProtocolError):
     """Nothing (or not enough) arrived before the deadline."""
+
+
+def json_int(obj: dict[str, Any], key: str, default: int = 0, lo: int = 0, hi: int = 2**63 - 1) -> int:
+    """A numeric parameter as cJSON's valueint would read it, range-checked (ProtocolError if not a number)."""
+    value = obj.get(key, default)
+    if not finite_number(value):
+        raise ProtocolError(f"parameter {key!r} is not a number: {quote(value)}")
+    ivalue = int(value)
+    if not lo <= ivalue <= hi:
+        raise ProtocolError(f"parameter {key!r} = {quote(value)} is out of range {lo}..{hi}")
+    return ivalue
 
 
 def describe_error(code: int, errno_: int = 0) -> str:
@@ -222,7 +234,8 @@ def decode_message(body: bytes) -> dict[str, Any]:
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"malformed JSON message: {clip(str(exc))}") from None
     except RecursionError:
-        # 60,000 '[' fit in MAX_PARAMS_MESSAGE; json's parser recurses once per level (issue 13, row 4).
+        # 60,000 '[' fit in MAX_PARAMS_MESSAGE; json's parser recurses once per level (docs/security.md,
+        # "Responder limits").
         raise ProtocolError("malformed JSON message: nested too deeply") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"JSON message is a {type(obj).__name__}, not an object")
@@ -290,198 +303,3 @@ class Control:
         except (OSError, ValueError):
             return True
         return bool(r)
-
-
-# -- parameters (client -> server, after PARAM_EXCHANGE) -------------------------------------------------
-
-@dataclass(frozen=True)
-class TestParams:
-    """A client's test parameters as iperf_api.c send_parameters writes them (and get_parameters reads)."""
-
-    protocol: str = "tcp"               # "tcp", "udp" or "sctp"
-    duration: int = 10                  # "time", whole seconds; 0 = until `num`/`blockcount`
-    omit: int = 0
-    num_streams: int = 1                # "parallel"
-    reverse: bool = False
-    bidirectional: bool = False
-    blksize: int = DEFAULT_TCP_BLKSIZE  # "len"
-    bytes: int = 0                      # "num": end after this many bytes (0 = off)
-    blocks: int = 0                     # "blockcount"
-    bandwidth: int = 0                  # bits/s per stream (0 = unlimited)
-    fqrate: int = 0
-    window: int = 0                     # socket buffer size
-    mss: int = 0
-    nodelay: bool = False
-    tos: int = 0
-    congestion: Optional[str] = None
-    get_server_output: bool = False
-    udp_counters_64bit: bool = False
-    client_version: Optional[str] = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """The parameter object a 3.12 client sends (keys it leaves out when zero are left out)."""
-        out: dict[str, Any] = {self.protocol: True, "omit": self.omit, "time": self.duration,
-                               "num": self.bytes, "blockcount": self.blocks, "parallel": self.num_streams}
-        if self.reverse:
-            out["reverse"] = True
-        if self.bidirectional:
-            out["bidirectional"] = True
-        if self.window:
-            out["window"] = self.window
-        out["len"] = self.blksize
-        if self.bandwidth:
-            out["bandwidth"] = self.bandwidth
-        if self.fqrate:
-            out["fqrate"] = self.fqrate
-        out["pacing_timer"] = 1000
-        if self.mss:
-            out["MSS"] = self.mss
-        if self.nodelay:
-            out["nodelay"] = True
-        if self.tos:
-            out["TOS"] = self.tos
-        if self.congestion:
-            out["congestion"] = self.congestion
-        if self.get_server_output:
-            out["get_server_output"] = 1
-        if self.udp_counters_64bit:
-            out["udp_counters_64bit"] = 1
-        out["client_version"] = self.client_version or IPERF_PROTOCOL_VERSION
-        return out
-
-
-def _num(obj: dict[str, Any], key: str, default: int = 0, lo: int = 0, hi: int = 2**63 - 1) -> int:
-    """A numeric parameter as cJSON's valueint would read it, range-checked (ProtocolError if not a number)."""
-    value = obj.get(key, default)
-    if not _finite(value):
-        raise ProtocolError(f"parameter {key!r} is not a number: {quote(value)}")
-    ivalue = int(value)
-    if not lo <= ivalue <= hi:
-        raise ProtocolError(f"parameter {key!r} = {quote(value)} is out of range {lo}..{hi}")
-    return ivalue
-
-
-def parse_params(obj: dict[str, Any]) -> TestParams:
-    """Validate a client's parameter object. Types and absurd values are ProtocolErrors; whether the
-    responder's caps allow the test is decided elsewhere."""
-    protos = [p for p in ("tcp", "udp", "sctp") if p in obj]
-    protocol = protos[-1] if protos else "tcp"  # get_parameters lets the last of tcp/udp/sctp win
-    default_len = DEFAULT_TCP_BLKSIZE if protocol != "udp" else DEFAULT_UDP_BLKSIZE
-    congestion = obj.get("congestion")
-    if congestion is not None and (not isinstance(congestion, str) or len(congestion) > 16):
-        raise ProtocolError(f"parameter 'congestion' is not an algorithm name: {quote(congestion)}")
-    version = obj.get("client_version")
-    known = {"tcp", "udp", "sctp", "omit", "time", "num", "blockcount", "parallel", "reverse",
-             "bidirectional", "len", "bandwidth", "fqrate", "window", "MSS", "nodelay", "TOS", "congestion",
-             "get_server_output", "udp_counters_64bit", "client_version", "pacing_timer"}
-    return TestParams(
-        protocol=protocol,
-        duration=_num(obj, "time", 10, 0, 86400),
-        omit=_num(obj, "omit", 0, 0, 600),
-        num_streams=_num(obj, "parallel", 1, 1, 1 << 20),
-        reverse="reverse" in obj,
-        bidirectional="bidirectional" in obj,
-        blksize=_num(obj, "len", default_len, 0, 1 << 30),
-        bytes=_num(obj, "num"),
-        blocks=_num(obj, "blockcount"),
-        bandwidth=_num(obj, "bandwidth"),
-        fqrate=_num(obj, "fqrate"),
-        window=_num(obj, "window", 0, 0, 1 << 31),
-        mss=_num(obj, "MSS", 0, 0, 1 << 20),
-        nodelay="nodelay" in obj,
-        tos=_num(obj, "TOS", 0, 0, 255),
-        congestion=congestion,
-        get_server_output="get_server_output" in obj,
-        udp_counters_64bit="udp_counters_64bit" in obj,
-        client_version=version[:32] if isinstance(version, str) else None,
-        extra={k: v for k, v in obj.items() if k not in known},
-    )
-
-
-# -- results (exchanged both ways after EXCHANGE_RESULTS) ------------------------------------------------
-
-@dataclass(frozen=True)
-class StreamResult:
-    id: int
-    bytes: int
-    retransmits: int = -1     # -1: unknown (a receiver, or no TCP_INFO)
-    jitter: float = 0.0       # seconds (UDP receivers)
-    errors: int = 0           # UDP datagrams lost
-    packets: int = 0          # UDP datagrams
-    start_time: float = 0.0
-    end_time: float = 0.0
-
-
-@dataclass(frozen=True)
-class Results:
-    cpu_total: float = 0.0
-    cpu_user: float = 0.0
-    cpu_system: float = 0.0
-    sender_has_retransmits: int = -1   # 1, 0, or -1 when the side was a receiver
-    congestion_used: Optional[str] = None
-    streams: tuple[StreamResult, ...] = ()
-    server_output_text: Optional[str] = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"cpu_util_total": self.cpu_total, "cpu_util_user": self.cpu_user,
-                               "cpu_util_system": self.cpu_system,
-                               "sender_has_retransmits": self.sender_has_retransmits}
-        if self.congestion_used:
-            out["congestion_used"] = self.congestion_used
-        if self.server_output_text is not None:
-            out["server_output_text"] = self.server_output_text
-        out["streams"] = [{"id": s.id, "bytes": s.bytes, "retransmits": s.retransmits, "jitter": s.jitter,
-                           "errors": s.errors, "packets": s.packets, "start_time": s.start_time,
-                           "end_time": s.end_time} for s in self.streams]
-        return out
-
-
-def _signed(value: Any) -> int:
-    """iperf3 writes -1 through an unsigned 64-bit path (1.8446744073709552e+19); read that as -1.
-    A number beyond 64 bits is no counter at all: ProtocolError."""
-    if not _finite(value):
-        return -1
-    if value > 2**64:
-        raise ProtocolError(f"result counter {quote(value)} exceeds 64 bits")
-    return -1 if value < 0 or value >= 2**63 else int(value)
-
-
-def _float(obj: dict[str, Any], key: str) -> float:
-    value = obj.get(key, 0.0)
-    if _finite(value):
-        try:
-            return float(value)
-        except OverflowError:  # an int beyond a float's range
-            pass
-    raise ProtocolError(f"result {key!r} is not a number: {quote(value)}")
-
-
-def parse_results(obj: dict[str, Any]) -> Results:
-    """Validate a results object (get_results requires the cpu_util_* keys, sender_has_retransmits and
-    streams with id, bytes, retransmits, jitter, errors and packets)."""
-    for key in ("cpu_util_total", "cpu_util_user", "cpu_util_system", "sender_has_retransmits", "streams"):
-        if key not in obj:
-            raise ProtocolError(f"results lack {key!r}")
-    raw_streams = obj["streams"]
-    if not isinstance(raw_streams, list) or len(raw_streams) > MAX_STREAMS * 2:
-        raise ProtocolError("results 'streams' is not a list of at most 256 streams")
-    streams = []
-    for item in raw_streams:
-        if not isinstance(item, dict):
-            raise ProtocolError("a results stream is not an object")
-        for key in ("id", "bytes", "retransmits", "jitter", "errors", "packets"):
-            if key not in item:
-                raise ProtocolError(f"a results stream lacks {key!r}")
-        streams.append(StreamResult(
-            id=_num(item, "id", 0, 0, 1 << 20), bytes=_num(item, "bytes", 0, 0, 2**63 - 1),
-            retransmits=_signed(item.get("retransmits")), jitter=_float(item, "jitter"),
-            errors=max(0, _signed(item.get("errors"))), packets=max(0, _signed(item.get("packets"))),
-            start_time=_float(item, "start_time"), end_time=_float(item, "end_time")))
-    has = _signed(obj.get("sender_has_retransmits"))
-    congestion = obj.get("congestion_used")
-    text = obj.get("server_output_text")
-    return Results(cpu_total=_float(obj, "cpu_util_total"), cpu_user=_float(obj, "cpu_util_user"),
-                   cpu_system=_float(obj, "cpu_util_system"), sender_has_retransmits=has if has in (0, 1) else -1,
-                   congestion_used=congestion if isinstance(congestion, str) else None,
-                   streams=tuple(streams), server_output_text=text if isinstance(text, str) else None)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
 from agent import __version__
-from agent.iperf3.protocol import Results, StreamResult
+from agent.iperf3.results import Results, StreamResult
 from agent.iperf3.streams import Sample
 
 # iperf_api.c iperf_print_intermediate: a last interval shorter than 10 % of the interval that moved no

@@ -8,6 +8,7 @@ import socket
 from typing import Any, Callable, Optional, Sequence, Union
 
 from agent.iperf3 import protocol as p
+from agent.iperf3.params import TestParams
 from agent.iperf3.streams import ByteBudget, Stream, StreamSettings
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ def make_streams(socks: Sequence[socket.socket], *, sender: Union[bool, Sequence
             for sid, sock, role in zip(p.stream_ids(len(socks)), socks, roles)]
 
 
-def apply_test_options(sock: socket.socket, params: p.TestParams) -> None:
+def apply_test_options(sock: socket.socket, params: TestParams) -> None:
     """The socket options a client may ask the server for (-w, -N, -C, -S, --fq-rate), within reason;
     failures are ignored, as iperf3 only warns."""
     opts: list[tuple[int, int, Any]] = []

@@ -1,120 +1,102 @@
-"""The burst-credit token bucket per direction: estimate, forecast, learn (pure; no I/O).
-
-The model tracks the *deficit* D: bytes spent above the baseline since the bucket was last full
-(D = max(0, D + bytes - baseline * dt)). The deficit does not depend on the bucket size, so when
-the shaper reveals a real exhaustion the bucket is D at that moment, whatever size the model
-assumed: that is how it learns. Remaining credit = bucket - D, clamped to 0 .. bucket.
-Facts behind it (docs/ec2-network-facts.md, "Bandwidth" and "Burst credits"): separate buckets in and
-out; credits are full at launch and earned below the baseline; one Gbit of credit = 1 Gbit/s for 1 s.
-The reasoning behind every threshold below is written out in docs/credits.md.
-"""
+"""The burst-credit token bucket per direction: estimate, forecast, learn (pure; docs/credits.md)."""
 
 from __future__ import annotations
 
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Optional
 
+from agent.models.credit_evidence import (
+    AGREEMENT,
+    CLAMP_RATE_SLACK,
+    EXHAUSTION_EVIDENCE_FRACTION,
+    NEAR_BASELINE_HIGH,
+    DrainHistory,
+    HeldClamp,
+    Verdict,
+    near_baseline,
+)
 from agent.models.spend_trend import TREND_MAX_POINTS, SpendTrend
 from agent.models.units import DIRECTIONS
 
 INF = math.inf
 
-# A shaped interval is "at the baseline" when the rate sits in this band around the baseline; shaping
-# well above it is shaping at the peak or best-effort burst, which ENA also counts
-# (docs/ec2-network-facts.md: "a rising counter alone does not mean exhaustion").
-NEAR_BASELINE_LOW = 0.8
-NEAR_BASELINE_HIGH = 1.25
-# Consecutive samples of shaping near the baseline before they are weighed at all: the byte counters and
-# the shaping counter are read at slightly different moments, so one or two samples can straddle the end
-# of a burst. A count of samples, not seconds: it filters sampling noise, whatever the interval.
-EXHAUSTION_CONFIRM_SAMPLES = 3
-
-# -- The exhaustion evidence rule (docs/credits.md, "Exhaustion needs evidence") ------------------------
-# Shaping near the baseline is an exhaustion only when the history could have spent the bucket. Every
-# threshold is a fraction of the bucket or of the baseline, so the rule reads the same on EC2 (drains of
-# 5-60 minutes) as in the lab (about 300x faster).
-#
-# 1. The deficit since the bucket was last full must be a substantial part of the bucket in use. Traffic
-#    that averages under the baseline keeps D near 0 however it is shaped at the peak (microbursts), so
-#    this alone answers the common false alarm. A quarter: a real bucket may well be smaller than the one
-#    in use (that is what learning is for), but the measured r4 buckets are 0.66-1.14 x the one-hour
-#    default (seed 000) and the lab's calibration runs a bucket 2x too large (D = 0.5 x the bucket at the
-#    clamp); a bucket four times smaller than the estimate is beyond both, while a few minutes at the peak
-#    followed by bursty near-baseline traffic (a broker catching up, then steady) is ordinary.
-EXHAUSTION_EVIDENCE_FRACTION = 0.25
-# 2. The deficit must sit at its high-water mark since the bucket was last full. D never exceeds the real
-#    bucket, so the real bucket is at least the highest D seen and still holds at least (peak D - D): a
-#    deficit below its own peak proves credit is left. The slack absorbs what D may lose during the
-#    confirmation itself (a rate at the band's low edge for 3 samples: 1 % of the lab's 12-s bucket at
-#    0.2-s samples, 0.02 % of a one-hour bucket at 1-s samples).
-HIGH_WATER_TOLERANCE = 0.01
-# 3. When the model disagrees (it holds more than AGREEMENT of the bucket), the exhaustion would teach it
-#    a new size, so it must also look like a clamp: a shaper holding a backlog at an empty bucket sends at
-#    exactly its fill rate, so the deficit stays flat. Traffic that averages measurably under the baseline
-#    while shaped is earning credit: peak shaping of microbursts, not a clamp. The slack is the baseline's
-#    own uncertainty: the clamped r4.large ran at 734-755 Mbit/s against 750 (seeds 000, 002), the lab's
-#    tbf at its configured rate.
-CLAMP_RATE_SLACK = 0.05
-# The model agrees with an observed exhaustion when it holds less than this share of the bucket.
-AGREEMENT = 0.05
-# Later learnings move the bucket half-way, so one odd exhaustion cannot swing it wildly.
+# Later learnings move the bucket half-way, so one odd exhaustion cannot swing it (docs/credits.md,
+# "Learning the bucket").
 LEARN_WEIGHT_AFTER_FIRST = 0.5
-
-# -- The trend forecast ------------------------------------------------------------------------------------
-# Seconds of history the trend forecast fits its slope to. EC2 drains last 5-60 minutes ("typically from 5
-# to 60 minutes", docs/ec2-network-facts.md); the shortest measured, r4.large at 10 Gbit/s, is ~295 s
-# (seed 000). One minute is a fifth of that, so the trend has settled early in any drain; it spans several
-# cycles of the bursty workloads that flip the instant forecast (flushes and batches seconds apart); it is
-# the `for:` of BurstCreditsRunningOut and CloudWatch's standard period; and it holds 60 samples at the
-# default 1-s interval. The lab (about 300x faster, 0.2-s samples) uses a few seconds.
+# Seconds of history the trend's slope is fitted to: a fifth of the shortest drain measured on EC2
+# (docs/credits.md, "forecast_window default: 60 s").
 DEFAULT_FORECAST_WINDOW = 60.0
-# A net rate under this share of the baseline is "flat": such a forecast would exceed 10,000 times the
-# bucket's own refill time, and the running sums' rounding lives far below it.
+# A net rate under this share of the baseline is flat: its forecast would be over 10,000 times what the
+# baseline takes to earn the credit left (docs/credits.md, "Two forecasts").
 TREND_FLAT_FRACTION = 1e-4
-
-# The trend's forecast takes off this share of the spend's excursion above its fitted line (SpendTrend.
-# excursion): a bursty drain empties when a burst's top reaches the credit left, between the line's crossing
-# (late) and the burst tops' (early, by up to a cycle the fitted line also wobbles by). The full excursion
-# over-corrects cycles longer than a third of the window; half keeps those and still lifts 0.5 s on / 0.5 s
-# off from 88 % to 100 % of forecasts within max(1 s, 15 %) (simulated at lab scale; docs/credits.md, "Two
-# forecasts"). No effect on a steady drain, whose excursion is 0.
+# The share of the spend's excursion above its fitted line that the trend's forecast takes off the credit
+# left: a bursty drain empties at a burst's top, not where the line does (docs/credits.md, "Two forecasts").
 EXCURSION_WEIGHT = 0.5
-# The trend's forecast is reported as the sooner of its own and the median of the empty *moments* it
-# predicted over the last third of the window (1 s in the lab, 20 s on EC2). A bursty drain's fitted slope
-# and excursion wobble with the phase of its cycle, so successive samples predict moments scattered around
-# the true one, up to two seconds late in the lab's TCP on/off drains (0.5 s on / 0.5 s off: 75-95 % of
-# samples within the target); the moment itself should stand still, and the median cuts the late tail
-# (100 %, make bench BENCH=zoo). The sooner of the two, because at the start of a drain the moments fall
-# fast and their median would lag behind them: a fresh burst keeps its current figure. A steady drain
-# predicts the same moment every sample and is not changed. (docs/credits.md, "Two forecasts")
+# The trend's forecast is the sooner of its own and the median of the empty moments predicted over this
+# share of the window, which cuts a bursty drain's late wobble (docs/credits.md, "Two forecasts").
 MOMENT_SMOOTHING_FRACTION = 1.0 / 3.0
-
-# -- Persistence (docs/credits.md, "Persistence") -----------------------------------------------------------
-# The state is saved whenever a direction's estimate has moved by this share of its bucket since the last
-# save (at most once per sample; [credits] save_interval is the idle heartbeat). After a crash the gap since
-# the last save is accounted from the kernel's byte counters, which tell how much crossed but not when:
-# whether a refill happened at a full bucket (and was lost) or mid-drain is a guess. Saving on movement
-# keeps what the gap has to guess to about this share of the bucket on top of the downtime itself, at any
-# time scale; a clock alone left up to save_interval of it (12.8 % of the bucket off in the lab at 5 s,
-# issue 12).
+# The window rule (docs/credits.md, "The window rule"): the slope is fitted over this many of the traffic's
+# own cycles (burst onset to burst onset), at least forecast_window and at most this factor times it.
+CYCLES_PER_WINDOW = 4.0
+WINDOW_MAX_FACTOR = 5.0
+# A burst begins when the net spend rate rises through its mean by more than this share of the baseline,
+# having been under it by as much: jitter within it is not a cycle.
+CYCLE_BAND = 0.1
+# Burst onsets kept: the cycle is their median spacing.
+CYCLE_ONSETS_KEPT = 9
+# Trend points saved in credits.json per direction, spread over the history (docs/credits.md, "Persistence").
+TREND_SAVED_POINTS = 60
+# The state is saved whenever an estimate has moved by this share of its bucket, which bounds what a crash
+# can cost at any time scale (docs/credits.md, "Persistence").
 SAVE_MOVEMENT_FRACTION = 0.01
 
 
 def gap_deficit(deficit: float, seconds: float, moved: float, baseline: float, peak: Optional[float]) -> float:
     """The deficit after a gap of `seconds` in which `moved` bytes crossed at unknown moments (unclamped
-    above; never below 0).
+    above; never below 0), taken in the order that leaves the fewest credits: the refill first, capped at a
+    full bucket, the bytes last at the peak (docs/credits.md, "Persistence"). Without a peak the bytes are
+    spread over the whole gap.
 
-    Only the sum of the bytes is known, so the accounting takes the order that leaves the fewest credits:
-    the refill first, capped at a full bucket (credit earned while full is lost), and the bytes last, at the
-    peak (the shortest time they could have taken, so the least baseline earned beside them):
-    t = min(G, M / peak); D = max(0, D0 - baseline x (G - t)) + M - baseline x t. Any other order leaves at
-    least as much credit. Without a peak the bytes are taken as spread over the whole gap (t = G)."""
+        t = min(G, M / peak);  D = max(0, D0 - baseline x (G - t)) + M - baseline x t"""
     seconds = max(0.0, seconds)
     moved = max(0.0, moved)
     t = min(seconds, moved / peak) if peak is not None and peak > 0 else seconds
     return max(0.0, max(0.0, deficit - baseline * (seconds - t)) + moved - baseline * t)
+
+
+class CreditState(str, Enum):
+    """Where a direction's bucket is after a sample (docs/credits.md, "States and transitions")."""
+
+    FULL = "full"               # deficit 0: the next drain starts its own evidence history
+    PARTIAL = "partial"         # partly spent: the deficit follows the traffic, up or down
+    EMPTY = "empty"             # spent in the model, no shaper says so: the deficit stops at the bucket
+    OVERRUN = "overrun"         # spent in the model, traffic still above the band: the real bucket is larger
+    EXHAUSTED = "exhausted"     # the shaper holds the rate at the baseline, with evidence: deficit = bucket
+
+
+class Transition(str, Enum):
+    """How a sample moves a bucket into, through or out of an exhaustion."""
+
+    FREE = "free"               # no confirmed run of shaping near the baseline
+    UNEXPLAINED = "unexplained"  # a confirmed run the history cannot explain: peak or microburst shaping
+    CONFIRMED = "confirmed"     # a confirmed run with evidence: exhausted; learned if the model disagrees
+    HELD = "held"               # still exhausted
+    RELEASED = "released"       # the traffic left free has earned credit: the bucket refills underneath
+    RUN_ENDED = "run_ended"     # the run of shaping near the baseline ended
+
+
+def transition(exhausted: bool, confirmed: bool, explained: bool, released: bool) -> Transition:
+    """The sample's transition: `exhausted` before it; `confirmed`, a run of EXHAUSTION_CONFIRM_SAMPLES
+    shaped near the baseline; `explained`, the evidence rule's verdict on it (read when not exhausted);
+    `released`, the held clamp's (read when exhausted)."""
+    if not confirmed:
+        return Transition.RUN_ENDED if exhausted else Transition.FREE
+    if exhausted:
+        return Transition.RELEASED if released else Transition.HELD
+    return Transition.CONFIRMED if explained else Transition.UNEXPLAINED
 
 
 @dataclass(frozen=True)
@@ -137,145 +119,274 @@ class CreditReading:
     # pauses together); +Inf when not draining (resp. not refilling) or there is no bucket.
     exhaustion_trend_seconds: float = INF
     refill_trend_seconds: float = INF
+    state: str = "none"                     # a CreditState value; "none" without a bucket
+
+
+@dataclass
+class BucketLearner:
+    """How the bucket's size was learned (docs/credits.md, "Learning the bucket")."""
+
+    learned_count: int = 0
+    learn_method: str = "none"
+    bucket_source: str = "default"
+    overrun: bool = False                   # an overrun episode is open: the bucket grows until an exhaustion
+
+    def _learn(self, bucket: float, size: float, method: str) -> Optional[float]:
+        """The bucket after learning `size` by `method`; None when the size is refused."""
+        if size < EXHAUSTION_EVIDENCE_FRACTION * bucket:
+            return None  # never reached through the evidence rule; a guard for callers that bypass it
+        self.learn_method = method
+        self.bucket_source = "learned"
+        if self.learned_count == 0 or method == "unshaped_overrun":
+            return size
+        return bucket + LEARN_WEIGHT_AFTER_FIRST * (size - bucket)
+
+    def at_exhaustion(self, bucket: float, deficit: float, remaining: float, learn: bool) -> float:
+        """The bucket after a real exhaustion at `deficit`: that deficit, when the model disagreed (it held
+        more than AGREEMENT of its bucket) or an overrun episode was open; the episode closes."""
+        if learn and (remaining > AGREEMENT * bucket or self.overrun):
+            learned = self._learn(bucket, deficit, "exhaustion")
+            if learned is not None:
+                bucket = learned
+                if not self.overrun:    # an overrun episode was counted when it began
+                    self.learned_count += 1
+        self.overrun = False
+        return bucket
+
+    def at_overrun(self, bucket: float, deficit: float) -> float:
+        """The bucket while the model is spent and the traffic runs above the band: past the AGREEMENT margin
+        (or within an open episode) the deficit, a lower bound; within the margin unchanged."""
+        if self.overrun or deficit > (1.0 + AGREEMENT) * bucket:
+            if not self.overrun:
+                self.learned_count += 1
+            self.overrun = True
+            learned = self._learn(bucket, deficit, "unshaped_overrun")
+            return bucket if learned is None else learned
+        return bucket
+
+
+@dataclass
+class TrendForecast:
+    """The net spend on the bucket's own clock, its fitted slope over a window that fits the traffic's cycle,
+    and the empty moments it predicted (docs/credits.md, "Two forecasts", "The window rule")."""
+
+    window: float = DEFAULT_FORECAST_WINDOW     # the shortest window ([credits] forecast_window)
+    clock: float = 0.0                      # seconds of samples seen: the trend's time axis
+    net: float = 0.0                        # bytes - baseline x seconds, unclamped: the trend's values
+    trend: SpendTrend = field(init=False, repr=False)
+    # (clock, predicted empty moment) of the recent samples whose forecast was a finite drain
+    moments: deque[tuple[float, float]] = field(init=False, repr=False)
+    # when the spend rate last rose through its mean (a burst began), newest last
+    onsets: deque[float] = field(init=False, repr=False)
+    _below: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.trend = SpendTrend(WINDOW_MAX_FACTOR * self.window)
+        self.moments = deque()
+        self.onsets = deque(maxlen=CYCLE_ONSETS_KEPT)
+
+    def advance(self, dt: float, net_bytes: float, baseline: float = 0.0) -> None:
+        # The net spend, not the deficit: the deficit stops at full and is pinned while exhausted, which
+        # would bend the slope where the traffic did not change.
+        if dt > 0:
+            self._watch_cycle(net_bytes / dt, baseline)
+        self.clock += dt
+        self.net += net_bytes
+        self.trend.add(self.clock, self.net)
+
+    def _watch_cycle(self, net_rate: float, baseline: float) -> None:
+        """Note a burst's onset: the net spend rate rising through its mean (the slope over the current
+        span) after having been under it, by more than CYCLE_BAND of the baseline either way."""
+        mean = self.trend.slope(self.span())
+        if mean is None:
+            return
+        band = CYCLE_BAND * baseline
+        if net_rate < mean - band:
+            self._below = True
+        elif net_rate > mean + band and self._below:
+            self._below = False
+            self.onsets.append(self.clock)
+
+    def cycle(self) -> Optional[float]:
+        """The traffic's cycle in seconds: the median time between the burst onsets of the last
+        WINDOW_MAX_FACTOR windows; None without two of them there."""
+        recent = [t for t in self.onsets if t >= self.clock - WINDOW_MAX_FACTOR * self.window]
+        if len(recent) < 2:
+            return None
+        gaps = sorted(b - a for a, b in zip(recent, recent[1:]))
+        mid = len(gaps) // 2
+        return gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2
+
+    def span(self) -> float:
+        """The window the slope is fitted over: CYCLES_PER_WINDOW of the traffic's cycles, at least
+        forecast_window and at most WINDOW_MAX_FACTOR times it (docs/credits.md, "The window rule")."""
+        period = self.cycle()
+        if period is None:
+            return self.window
+        return min(WINDOW_MAX_FACTOR * self.window, max(self.window, CYCLES_PER_WINDOW * period))
+
+    def set_window(self, seconds: float) -> None:
+        self.window = seconds
+        self.trend.set_history(WINDOW_MAX_FACTOR * seconds)
+
+    def restart(self) -> None:
+        self.net = 0.0
+        self.trend.reset()
+        self.moments.clear()
+        self.onsets.clear()
+        self._below = False
+
+    def forecasts(self, baseline: float, remaining: float, missing: float, exhausted: bool) -> tuple[float, float]:
+        """(seconds to empty, seconds to full) at the net spend rate over the span."""
+        span = self.span()
+        slope = self.trend.slope(span)
+        flat = TREND_FLAT_FRACTION * baseline
+        if slope is None:
+            slope = 0.0
+        if exhausted:
+            exhaustion = 0.0
+        elif remaining <= 0:
+            # Empty without a confirmed clamp (no shaping source): empty unless the traffic is clearly under
+            # the baseline (rule 3's slack keeps the figure from flipping on a rate a hair under it).
+            exhaustion = 0.0 if slope >= -CLAMP_RATE_SLACK * baseline else INF
+        else:
+            # Between the fitted line's crossing and the burst tops'; remaining / slope on a steady drain.
+            exhaustion = (max(0.0, remaining - EXCURSION_WEIGHT * self.trend.excursion(slope, span)) / slope
+                          if slope > flat else INF)
+        exhaustion = self._smoothed(exhaustion, span)
+        if missing <= 0:
+            refill = 0.0
+        else:
+            refill = missing / -slope if slope < -flat else INF
+        return exhaustion, refill
+
+    def _smoothed(self, exhaustion: float, window: float) -> float:
+        """The sooner of `exhaustion` and the median of the empty moments predicted over the last
+        MOMENT_SMOOTHING_FRACTION of the window, as seconds from now; 0 and +Inf pass through and start
+        it anew. O(entries in the span), at most about TREND_MAX_POINTS."""
+        if exhaustion <= 0.0 or math.isinf(exhaustion):
+            self.moments.clear()
+            return exhaustion
+        span = MOMENT_SMOOTHING_FRACTION * window
+        # A sample within the newest entry's slot replaces it (the slot keeps the time it opened), so the
+        # span holds about TREND_MAX_POINTS entries at any sampling rate and window.
+        opened = self.moments[-1][0] if self.moments else -INF
+        if self.clock - opened < MOMENT_SMOOTHING_FRACTION * WINDOW_MAX_FACTOR * self.window / TREND_MAX_POINTS:
+            self.moments[-1] = (opened, self.clock + exhaustion)
+        else:
+            self.moments.append((self.clock, self.clock + exhaustion))
+        while len(self.moments) > 1 and self.moments[0][0] < self.clock - span - 1e-9:
+            self.moments.popleft()
+        moments = sorted(m for _, m in self.moments)
+        mid = len(moments) // 2
+        median = moments[mid] if len(moments) % 2 else (moments[mid - 1] + moments[mid]) / 2
+        return max(0.0, min(exhaustion, median - self.clock))
+
+    # -- persistence (docs/credits.md, "Persistence") ----------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        """The points a restart needs to fit its first sample, as (seconds before the newest, net bytes
+        after it), decimated to TREND_SAVED_POINTS, and the cycle's onsets likewise."""
+        pts = self.trend.decimated(TREND_SAVED_POINTS)
+        if not pts:
+            return {}
+        t1, y1 = pts[-1]
+        return {"points": [[round(t1 - t, 2), round(y - y1)] for t, y in pts],
+                "onsets": [round(t1 - t, 2) for t in self.onsets]}
+
+    def restore(self, state: Any, gap: float, moved: Optional[float], baseline: float) -> bool:
+        """Continue the saved history after a gap of `gap` seconds in which `moved` bytes crossed (None:
+        unknowable, the history is dropped): the net spend is exact across it, only its shape within the gap
+        is unknown. False when nothing usable was saved."""
+        self.restart()
+        if not isinstance(state, dict) or moved is None:
+            return False
+        try:
+            pts = [(-float(a), float(v)) for a, v in state.get("points", [])]
+            onsets = [-float(a) for a in state.get("onsets", [])]
+        except (TypeError, ValueError):
+            return False
+        if not pts or any(b[0] < a[0] for a, b in zip(pts, pts[1:])):
+            return False
+        history = self.trend.history
+        pts = [p for p in pts if p[0] >= pts[-1][0] - history]
+        gap = max(0.0, gap)
+        now_y = pts[-1][1] + moved - baseline * gap
+        if gap > 0:
+            pts.append((pts[-1][0] + gap, now_y))
+        shift = self.clock - pts[-1][0]     # the newest point is now, on the bucket's own clock
+        self.net = now_y
+        self.trend.load([(t + shift, y) for t, y in pts])
+        self.onsets.extend(t + shift for t in onsets if t + shift >= self.clock - history)
+        return True
 
 
 @dataclass
 class Bucket:
-    """One direction's state. `deficit` is the only figure that has to survive a restart."""
+    """One direction's bucket: its level (the deficit), state, exhaustion evidence, learner and trend.
+    `deficit` is the only figure that has to survive a restart."""
 
-    bucket: float
+    bucket: float                           # bytes
     baseline: float                         # bytes per second
     deficit: float = 0.0                    # bytes above baseline since last full; 0 = full
-    exhausted: bool = False
-    learned_count: int = 0
-    learn_method: str = "none"
-    bucket_source: str = "default"
-    overrun: bool = False                   # in an unshaped-overrun episode (bucket growing)
-    forecast_window: float = DEFAULT_FORECAST_WINDOW
-    # Evidence state (not persisted: a restart starts from the restored deficit as its own high-water mark).
-    deficit_peak: float = 0.0               # highest deficit since the bucket was last full
-    at_baseline_samples: int = 0            # consecutive samples shaped near the baseline
-    run_start_deficit: float = 0.0          # the deficit when that run began
-    run_seconds: float = 0.0                # and how long it has lasted
-    unexplained_samples: int = 0            # shaped-near-baseline samples the history could not explain
-    held_deficit: float = 0.0               # while exhausted: the deficit left free (not pinned to the bucket)
-    held_peak: float = 0.0                  # its highest value since the exhaustion began
-    held_peak_clock: float = 0.0            # and when
-    clock: float = 0.0                      # seconds of samples seen (the trend's time axis)
-    net: float = 0.0                        # bytes - baseline * seconds, unclamped: the trend's values
-    trend: SpendTrend = field(init=False, repr=False)
-    # (clock, predicted empty moment) of the recent samples whose trend forecast was a finite drain
-    moments: deque = field(init=False, repr=False)
+    state: CreditState = CreditState.FULL
+    evidence: DrainHistory = field(default_factory=DrainHistory)
+    hold: HeldClamp = field(default_factory=HeldClamp)      # read while EXHAUSTED
+    learner: BucketLearner = field(default_factory=BucketLearner)
+    forecast: TrendForecast = field(default_factory=TrendForecast)
 
-    def __post_init__(self) -> None:
-        self.trend = SpendTrend(self.forecast_window)
-        self.moments = deque()
+    @property
+    def exhausted(self) -> bool:
+        return self.state is CreditState.EXHAUSTED
 
     def remaining(self) -> float:
         return min(self.bucket, max(0.0, self.bucket - self.deficit))
 
-    def _learn(self, size: float, method: str) -> bool:
-        if size < EXHAUSTION_EVIDENCE_FRACTION * self.bucket:
-            return False  # never reached through the evidence rule; a guard for callers that bypass it
-        if self.learned_count == 0 or method == "unshaped_overrun":
-            self.bucket = size
-        else:
-            self.bucket += LEARN_WEIGHT_AFTER_FIRST * (size - self.bucket)
-        self.learn_method = method
-        self.bucket_source = "learned"
-        return True
-
-    def explained(self) -> bool:
-        """Whether the current run of shaping near the baseline is an exhaustion (the evidence rule)."""
-        if self.deficit < EXHAUSTION_EVIDENCE_FRACTION * self.bucket:
-            return False
-        if self.deficit < self.deficit_peak - HIGH_WATER_TOLERANCE * self.bucket:
-            return False
-        if self.remaining() > AGREEMENT * self.bucket and self.run_seconds > 0:
-            net = (self.deficit - self.run_start_deficit) / self.run_seconds
-            if net < -CLAMP_RATE_SLACK * self.baseline:
-                return False
-        return True
-
-    def _released(self, net_bytes: float) -> bool:
-        """While exhausted the deficit is pinned to the bucket (a clamp holds the rate at the baseline, and
-        the pin absorbs a baseline a little off). The free deficit checks that the traffic still looks held:
-        once it has earned HIGH_WATER_TOLERANCE of the bucket at a rate clearly under the baseline (rule 3's
-        slack) since its last high point, the bucket is refilling under bursty traffic, not held empty."""
-        self.held_deficit = min(self.bucket, self.held_deficit + net_bytes)
-        if self.held_deficit >= self.held_peak:
-            self.held_peak, self.held_peak_clock = self.held_deficit, self.clock
-            return False
-        earned = self.held_peak - self.held_deficit
-        seconds = self.clock - self.held_peak_clock
-        return (earned >= HIGH_WATER_TOLERANCE * self.bucket and seconds > 0
-                and earned / seconds > CLAMP_RATE_SLACK * self.baseline)
-
-    def step(self, dt: float, nbytes: float, rate: float, shaped: Optional[bool], learn: bool = True) -> None:
+    def step(self, dt: float, nbytes: float, rate: float, shaped: Optional[bool], learn: bool = True) -> Transition:
         """Account one interval: `nbytes` crossed in `dt` s; `shaped` is None without a shaping source.
         With `learn` off an observed exhaustion still empties the bucket, but its size never changes."""
-        self.clock += dt
+        net = nbytes - self.baseline * dt
+        self.forecast.advance(dt, net, self.baseline)
         before = self.deficit
         self.deficit = max(0.0, self.deficit + nbytes - self.baseline * dt)
-        if self.deficit <= 0.0:
-            self.deficit_peak = 0.0         # full again: the next drain starts its own history
-        self.deficit_peak = max(self.deficit_peak, self.deficit)
-        near_baseline = NEAR_BASELINE_LOW * self.baseline <= rate <= NEAR_BASELINE_HIGH * self.baseline
-        if shaped and near_baseline:
-            if self.at_baseline_samples == 0:
-                self.run_start_deficit, self.run_seconds = before, 0.0
-            self.at_baseline_samples += 1
-            self.run_seconds += dt
+        self.evidence.observe(before, self.deficit, dt, bool(shaped) and near_baseline(rate, self.baseline))
+        verdict = self.evidence.evidence(self.bucket, self.baseline, self.deficit).verdict()
+        released = self.exhausted and self.hold.released(net, self.forecast.clock, self.bucket, self.baseline)
+        move = transition(self.exhausted, self.evidence.confirmed, verdict is Verdict.EXHAUSTED, released)
+        if move is Transition.CONFIRMED:
+            # A real exhaustion: the bucket is the deficit right now.
+            self.bucket = self.learner.at_exhaustion(self.bucket, self.deficit, self.remaining(), learn)
+            self.hold.start(self.bucket, self.forecast.clock)
+        elif move is Transition.RELEASED:
+            self.deficit = self.hold.free_deficit
+        if move in (Transition.CONFIRMED, Transition.HELD):
+            self.state, self.deficit = CreditState.EXHAUSTED, self.bucket
         else:
-            self.at_baseline_samples = 0
-        was_exhausted = self.exhausted
-        if self.at_baseline_samples < EXHAUSTION_CONFIRM_SAMPLES:
-            self.exhausted = False
-        elif not was_exhausted:
-            self.exhausted = self.explained()
-            if not self.exhausted:
-                # Peak or microburst shaping: counted by the shaping counter, never emptying or teaching.
-                self.unexplained_samples += 1
-        elif self._released(nbytes - self.baseline * dt):
-            self.exhausted = False
-            self.deficit = self.held_deficit
-        if self.exhausted and not was_exhausted:
-            # A real exhaustion: the bucket is the deficit right now. Learn if the model disagrees.
-            if learn and (self.remaining() > AGREEMENT * self.bucket or self.overrun):
-                # An overrun episode was already counted when it began: its exhaustion only settles it.
-                if self._learn(self.deficit, "exhaustion") and not self.overrun:
-                    self.learned_count += 1
-            self.overrun = False
-            self.held_deficit = self.held_peak = self.bucket
-            self.held_peak_clock = self.clock
-        if self.exhausted:
-            self.deficit = self.bucket
-        elif self.deficit > self.bucket:
+            self.state = self._settle(rate, shaped, learn)
+        self.evidence.cap(self.bucket)
+        return move
+
+    def _settle(self, rate: float, shaped: Optional[bool], learn: bool) -> CreditState:
+        """Where a free deficit lands. Past the bucket it stops there, unless the traffic runs above the band
+        with a shaping source to say so: an empty real bucket would hold it at the baseline, so the real
+        bucket is larger (docs/credits.md, "Learning the bucket")."""
+        if self.deficit > self.bucket:
             if learn and shaped is not None and rate > NEAR_BASELINE_HIGH * self.baseline:
-                # Running above the baseline with an empty model bucket: the real bucket is larger (an
-                # empty one would hold the rate at the baseline; shaping at the peak is ordinary burst
-                # behaviour). Past the agreement margin, grow it as a lower bound; the exhaustion that
-                # ends the episode fixes it. Within the margin keep the deficit as it is, unlearned.
-                if self.overrun or self.deficit > (1.0 + AGREEMENT) * self.bucket:
-                    if not self.overrun:
-                        self.learned_count += 1
-                    self.overrun = True
-                    self._learn(self.deficit, "unshaped_overrun")
-            else:
-                self.deficit = self.bucket
-        self.deficit_peak = min(self.deficit_peak, self.bucket)  # a clamp or a learned size caps it too
-        # The trend fits the net spend (bytes above the baseline, unclamped): the deficit itself is clamped
-        # at full and pinned while exhausted, which would bend its slope where the traffic did not change.
-        self.net += nbytes - self.baseline * dt
-        self.trend.add(self.clock, self.net)
+                self.bucket = self.learner.at_overrun(self.bucket, self.deficit)
+                return CreditState.OVERRUN
+            self.deficit = self.bucket
+        return self._level()
+
+    def _level(self) -> CreditState:
+        if self.deficit <= 0.0:
+            return CreditState.FULL
+        return CreditState.PARTIAL if self.deficit < self.bucket else CreditState.EMPTY
 
     def reset_history(self) -> None:
         """The deficit was set from outside (restore, gap, new profile): start its evidence and trend anew."""
-        self.deficit_peak = self.deficit
-        self.at_baseline_samples = 0
-        self.net = 0.0
-        self.trend.reset()
-        self.moments.clear()
+        self.evidence.restart(self.deficit)
+        self.forecast.restart()
+        if not self.exhausted:
+            self.state = self._level()
 
     def reading(self, direction: str, rate: float, shaped: bool) -> CreditReading:
         remaining = self.remaining()
@@ -289,57 +400,14 @@ class Bucket:
             refill = 0.0
         else:
             refill = missing / -drain if drain < 0 else INF
-        trend_exhaustion, trend_refill = self.trend_forecasts(remaining, missing)
+        trend_exhaustion, trend_refill = self.forecast.forecasts(self.baseline, remaining, missing, self.exhausted)
+        learner = self.learner
         return CreditReading(direction, rate, remaining, self.bucket,
-                             remaining / self.bucket if self.bucket > 0 else None,
-                             exhaustion, refill, shaped, self.exhausted, self.learned_count,
-                             self.learn_method, self.bucket_source, trend_exhaustion, trend_refill)
-
-    def _smoothed(self, exhaustion: float) -> float:
-        """The sooner of `exhaustion` and the median of the empty moments predicted over the last
-        MOMENT_SMOOTHING_FRACTION of the window, as seconds from now; 0 and +Inf pass through and start
-        it anew. O(entries in the span), at most about TREND_MAX_POINTS."""
-        if exhaustion <= 0.0 or math.isinf(exhaustion):
-            self.moments.clear()
-            return exhaustion
-        span = MOMENT_SMOOTHING_FRACTION * self.forecast_window
-        # At most about TREND_MAX_POINTS in the span, at any sampling rate and window: a sample within the
-        # newest entry's slot replaces it (the slot keeps the time it opened).
-        opened = self.moments[-1][0] if self.moments else -INF
-        if self.clock - opened < span / TREND_MAX_POINTS:
-            self.moments[-1] = (opened, self.clock + exhaustion)
-        else:
-            self.moments.append((self.clock, self.clock + exhaustion))
-        while len(self.moments) > 1 and self.moments[0][0] < self.clock - span - 1e-9:
-            self.moments.popleft()
-        moments = sorted(m for _, m in self.moments)
-        mid = len(moments) // 2
-        median = moments[mid] if len(moments) % 2 else (moments[mid - 1] + moments[mid]) / 2
-        return max(0.0, min(exhaustion, median - self.clock))
-
-    def trend_forecasts(self, remaining: float, missing: float) -> tuple[float, float]:
-        """(seconds to empty, seconds to full) at the net spend rate over the forecast window."""
-        slope = self.trend.slope()
-        flat = TREND_FLAT_FRACTION * self.baseline
-        if slope is None:
-            slope = 0.0
-        if self.exhausted:
-            exhaustion = 0.0
-        elif remaining <= 0:
-            # Empty without a confirmed clamp (no shaping source): empty while the traffic is not clearly
-            # under the baseline (rule 3's slack keeps the figure from flipping on a rate a hair under it).
-            exhaustion = 0.0 if slope >= -CLAMP_RATE_SLACK * self.baseline else INF
-        else:
-            # Between the fitted line's crossing and the burst tops' (EXCURSION_WEIGHT); a steady drain has no
-            # excursion, and this is remaining / slope. 0: a burst like the recent ones would empty it.
-            exhaustion = (max(0.0, remaining - EXCURSION_WEIGHT * self.trend.excursion(slope)) / slope
-                          if slope > flat else INF)
-        exhaustion = self._smoothed(exhaustion)
-        if missing <= 0:
-            refill = 0.0
-        else:
-            refill = missing / -slope if slope < -flat else INF
-        return exhaustion, refill
+                             remaining / self.bucket if self.bucket > 0 else None, exhaustion, refill,
+                             shaped=shaped, exhausted=self.exhausted, learned_count=learner.learned_count,
+                             learn_method=learner.learn_method, bucket_source=learner.bucket_source,
+                             exhaustion_trend_seconds=trend_exhaustion, refill_trend_seconds=trend_refill,
+                             state=self.state.value)
 
 
 @dataclass
@@ -352,13 +420,16 @@ class CreditEstimator:
     learn: bool = True
     buckets: dict[str, Bucket] = field(default_factory=dict)
     forecast_window: float = DEFAULT_FORECAST_WINDOW   # seconds ([credits] forecast_window)
+    # the trend history of the last restore(), applied by account_gap() once the gap is known
+    _saved_trends: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.active:
             assert self.baseline is not None and self.bucket is not None
             for d in DIRECTIONS:
-                self.buckets[d] = Bucket(self.bucket, self.baseline, bucket_source=self.bucket_source,
-                                         forecast_window=self.forecast_window)
+                self.buckets[d] = Bucket(self.bucket, self.baseline,
+                                         learner=BucketLearner(bucket_source=self.bucket_source),
+                                         forecast=TrendForecast(self.forecast_window))
 
     @property
     def active(self) -> bool:
@@ -368,8 +439,7 @@ class CreditEstimator:
         """A new [credits] forecast_window (reload): applies from the next sample, history kept."""
         self.forecast_window = seconds
         for b in self.buckets.values():
-            b.forecast_window = seconds
-            b.trend.set_window(seconds)
+            b.forecast.set_window(seconds)
 
     def update(self, dt: float, nbytes: dict[str, float], rates: dict[str, float],
                shaping_delta: Optional[dict[str, int]]) -> dict[str, CreditReading]:
@@ -397,6 +467,9 @@ class CreditEstimator:
                 continue  # counters unusable (interface re-created): keep the saved deficit
             b.deficit = min(b.bucket, gap_deficit(b.deficit, seconds, moved, b.baseline, peak))
             b.reset_history()
+            # The net spend is exact across the gap (the counters), so the trend goes on from its saved
+            # history; only the gap's own shape is unknown (docs/credits.md, "Persistence").
+            b.forecast.restore(self._saved_trends.pop(d, None), seconds, moved, b.baseline)
 
     def movement(self, saved: dict[str, Any]) -> float:
         """How far the estimate has moved since `saved` (an earlier to_state()): the largest change of any
@@ -412,8 +485,9 @@ class CreditEstimator:
 
     # -- persistence (pure: dicts in and out; the state store does the file I/O) ----------------
     def to_state(self) -> dict[str, Any]:
-        return {d: {"deficit": b.deficit, "bucket": b.bucket, "learned_count": b.learned_count,
-                    "learn_method": b.learn_method, "bucket_source": b.bucket_source}
+        return {d: {"deficit": b.deficit, "bucket": b.bucket, "learned_count": b.learner.learned_count,
+                    "learn_method": b.learner.learn_method, "bucket_source": b.learner.bucket_source,
+                    "trend": b.forecast.to_state()}
                 for d, b in self.buckets.items()}
 
     def restore(self, state: dict[str, Any], bucket_too: bool = True) -> None:
@@ -423,13 +497,15 @@ class CreditEstimator:
                 continue
             if bucket_too and s.get("bucket_source") == "learned":
                 b.bucket = float(s["bucket"])
-                b.bucket_source = "learned"
-                b.learn_method = str(s.get("learn_method", "exhaustion"))
-                b.learned_count = int(s.get("learned_count", 0))
+                b.learner.bucket_source = "learned"
+                b.learner.learn_method = str(s.get("learn_method", "exhaustion"))
+                b.learner.learned_count = int(s.get("learned_count", 0))
             b.deficit = min(b.bucket, max(0.0, float(s.get("deficit", 0.0))))
             b.reset_history()
+            self._saved_trends[d] = s.get("trend")
 
     def learned_buckets(self) -> dict[str, dict[str, Any]]:
         """Per direction learned size and how, for the per-instance-type store."""
-        return {d: {"bucket": b.bucket, "learned_count": b.learned_count, "learn_method": b.learn_method}
-                for d, b in self.buckets.items() if b.bucket_source == "learned"}
+        return {d: {"bucket": b.bucket, "learned_count": b.learner.learned_count,
+                    "learn_method": b.learner.learn_method}
+                for d, b in self.buckets.items() if b.learner.bucket_source == "learned"}

@@ -8,21 +8,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Protocol, Union
 
 from agent.models.units import BITS_PER_BYTE, DIRECTIONS
 
 if TYPE_CHECKING:  # models stay import-light; these are only types here
     from agent.config import ProbeConfig
     from agent.models.catalogue import TypeEntry
+    from agent.models.credit_model import CreditReading
+    from agent.models.profile import BandwidthProfile
 
 # [probe] rate: "baseline" paces each probe at the instance's baseline (it checks the network delivers the
 # baseline and spends no burst credit: the bucket refills at the baseline, docs/ec2-network-facts.md "Burst
 # credits"); "peak" lets it run as fast as the path allows.
 PROBE_RATES = ("baseline", "peak")
 HOUR = 3600.0
-# The cost line of issue #14: probes, own and served together, take at most this share of a direction's
-# hourly refill (baseline x 1 h) on the catalogue's median burstable type.
+# The cost line: probes, own and served together, take at most this share of a direction's hourly refill
+# (baseline x 1 h) on the catalogue's median burstable type (docs/probe-scheduling.md, "What probes cost").
 COST_LINE = 0.02
 _OTHER = {"in": "out", "out": "in"}
 
@@ -60,7 +62,31 @@ def over_budget(used: float, expected: Optional[float], budget: float) -> bool:
     return used + (expected or 0.0) > budget or used >= budget
 
 
-def credit_state(raw: Optional[Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
+# What the wiring hands the prober and the responder so each can read this host's state without importing
+# the credit service or the other: direction -> CreditReading (tests hand (remaining_bytes, bucket_bytes)).
+CreditFigures = Mapping[str, Union["CreditReading", tuple[float, float]]]
+
+
+class CreditSource(Protocol):
+    """This host's latest credit readings; None (or a direction left out) is unknown."""
+
+    def __call__(self) -> Optional[CreditFigures]: ...
+
+
+class ProfileSource(Protocol):
+    """This host's bandwidth profile as now known (a reload or the fleet's consensus may change it)."""
+
+    def __call__(self) -> Optional[BandwidthProfile]: ...
+
+
+class BusyFlag(Protocol):
+    """True while the other side of the link is in use: the prober asks it of the responder (a test being
+    served) and the responder of the prober (a probe of this host's own running)."""
+
+    def __call__(self) -> bool: ...
+
+
+def credit_state(raw: Optional[CreditFigures]) -> dict[str, tuple[float, float]]:
     """Normalise a credit reading to direction -> (remaining, bucket), keeping only directions that
     have a bucket; with several network cards, a direction's lowest ratio wins (the first to run dry).
 
@@ -71,6 +97,8 @@ def credit_state(raw: Optional[Mapping[str, Any]]) -> dict[str, tuple[float, flo
     for key, value in (raw or {}).items():
         if value is None:
             continue
+        remaining: Optional[float]
+        bucket: Optional[float]
         if isinstance(value, (tuple, list)):
             direction, (remaining, bucket) = str(key), value
         else:

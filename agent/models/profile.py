@@ -12,12 +12,11 @@ if TYPE_CHECKING:  # models stay import-light; these are only types here
 GBIT = 1e9 / 8  # bytes in one Gbit (AWS quotes decimal Gbit/s)
 
 # Where a figure came from, most trusted first; exported as a label so every figure can be traced.
+# "learned" is set by the credit model (agent/credits/feed.py), never here.
 SOURCES = ("config", "learned", "fleet", "api", "catalogue", "default", "none")
 
-# AWS publishes no bucket size. Seed 000 measured r4 buckets of 2700 / 5145 / 8925 / 11950 Gbit against
-# baselines of 0.75 / 1.25 / 2.5 / 5 Gbit/s: 3600, 4116, 3570 and 2390 s of baseline
-# (docs/ec2-network-facts.md, "Measured bucket sizes"). One hour of baseline is the default estimate
-# until the credit model learns the real size from an exhaustion.
+# AWS publishes no bucket size; the buckets measured on r4 sizes hold about an hour of baseline
+# (docs/ec2-network-facts.md, "Measured bucket sizes"): the estimate until the credit model learns better.
 DEFAULT_BUCKET_SECONDS = 3600.0
 
 
@@ -66,15 +65,15 @@ def _gbit(value: Optional[float]) -> Optional[float]:
 
 
 def resolve_profile(instance_type: Optional[str], config_bandwidth: BandwidthConfig,
-                    api_entry: Optional[TypeEntry], catalogue_entry: Optional[TypeEntry],
-                    learned_bucket_bytes: Optional[float] = None,
+                    api_entry: Optional[TypeEntry], catalogue_entry: Optional[TypeEntry], *,
                     fleet_bucket_bytes: Optional[float] = None) -> BandwidthProfile:
     """Pick each figure from the most trusted source that has it (pure).
 
     baseline, peak: config > api (DescribeInstanceTypes) > catalogue (bundled) > none, each on its own;
-    bucket: config > learned > fleet (the median other instances of the type learned, docs/fleet.md) >
-    default (DEFAULT_BUCKET_SECONDS of baseline); a size whose baseline equals its peak has no bucket
-    (source "none": it never exhausts)."""
+    bucket: config > fleet (the median other instances of the type learned, docs/fleet.md) > default
+    (DEFAULT_BUCKET_SECONDS of baseline); a size whose baseline equals its peak has no bucket (source
+    "none": it never exhausts). The agent's own learned size outranks all but a trusted configured one: the
+    credit model restores it over this profile's bucket (CreditTracker, agent/credits/feed.py)."""
     notes: list[str] = []
 
     def pick(conf: Optional[float], attr: str) -> tuple[Optional[float], str]:
@@ -102,8 +101,6 @@ def resolve_profile(instance_type: Optional[str], config_bandwidth: BandwidthCon
             notes.append("instance.bandwidth.burst_bucket_gbit ignored: baseline equals peak, nothing bursts")
     elif conf_bucket is not None:
         bucket, bucket_source = conf_bucket * GBIT, "config"
-    elif learned_bucket_bytes is not None and learned_bucket_bytes > 0:
-        bucket, bucket_source = float(learned_bucket_bytes), "learned"
     elif fleet_bucket_bytes is not None and fleet_bucket_bytes > 0 and baseline is not None and peak is not None:
         bucket, bucket_source = float(fleet_bucket_bytes), "fleet"
     elif baseline is not None and peak is not None:

@@ -1,95 +1,154 @@
-"""The trend behind the credit forecast: a least-squares slope of the net spend over a sliding window (pure)."""
+"""The trend behind the credit forecast: least-squares slopes of the net spend over trailing windows (pure)."""
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections import deque
 from typing import Optional
 
 INF = math.inf
 
-# At most this many (time, net spend) points per window (older samples are thinned to an even spacing), so
-# memory and the occasional full re-sum stay bounded at 10 Hz and long windows alike.
-TREND_MAX_POINTS = 240
+# At most about this many (time, net spend) points over the history kept (older samples are thinned to an
+# even spacing), so memory and the occasional full re-sum stay bounded at 10 Hz and long windows alike: at
+# the EC2 default (history 300 s, docs/credits.md "The window rule") one point a second.
+TREND_MAX_POINTS = 300
 # The fit needs this many points; until the window has filled it uses what it has (since start).
 TREND_MIN_POINTS = 3
 
+_Sums = tuple[float, float, float, float]      # running sums of x, y, x², x·y up to and including a point
+
 
 class SpendTrend:
-    """Least-squares slope of the net spend over the last `window` seconds: O(1) per sample, bounded memory.
+    """Least-squares slope of the net spend over any trailing window up to `history` seconds: O(log n) per
+    fit, amortised O(1) per sample, bounded memory.
 
     Points are (t, net bytes so far). Each sample replaces the newest point until that point is
-    `window / max_points` old, then a new one starts, so at most about `max_points` points are kept at any
-    sampling rate. The sums are kept relative to an origin that moves to the oldest point every
+    `history / max_points` old, then a new one starts, so at most about `max_points` points are kept at any
+    sampling rate. Each point carries the running sums up to it, so the sums of any trailing window are one
+    subtraction (prefix sums). They are kept relative to an origin that moves to the oldest point every
     `max_points` appends (a full re-sum: amortised O(1)), so rounding cannot build up over days."""
 
-    def __init__(self, window: float, max_points: int = TREND_MAX_POINTS) -> None:
-        self.points: deque[tuple[float, float]] = deque()
+    def __init__(self, history: float, max_points: int = TREND_MAX_POINTS) -> None:
         self.max_points = max_points
-        self.window = window
+        self.history = history
+        self._t: list[float] = []
+        self._y: list[float] = []
+        self._sums: list[_Sums] = []
+        self._head = 0                      # index of the oldest point kept (older ones await compaction)
         self._opened = -INF                 # when the newest point's slot started
         self._appends = 0
         self._t0 = 0.0
         self._y0 = 0.0
-        self._sx = self._sy = self._sxx = self._sxy = 0.0
+
+    @property
+    def points(self) -> list[tuple[float, float]]:
+        """The points kept, oldest first (a copy)."""
+        return list(zip(self._t[self._head:], self._y[self._head:]))
+
+    def __len__(self) -> int:
+        return len(self._t) - self._head
+
+    def set_history(self, history: float) -> None:
+        self.history = history
 
     def set_window(self, window: float) -> None:
-        self.window = window
+        """For callers that fit the whole history (one window): the same as set_history."""
+        self.set_history(window)
 
-    def _add(self, t: float, y: float, sign: float) -> None:
+    def _push(self, t: float, y: float) -> None:
         x, v = t - self._t0, y - self._y0
-        self._sx += sign * x
-        self._sy += sign * v
-        self._sxx += sign * x * x
-        self._sxy += sign * x * v
+        sx, sy, sxx, sxy = self._sums[-1] if self._sums else (0.0, 0.0, 0.0, 0.0)
+        self._t.append(t)
+        self._y.append(y)
+        self._sums.append((sx + x, sy + v, sxx + x * x, sxy + x * v))
 
-    def _resum(self) -> None:
-        self._t0, self._y0 = self.points[0] if self.points else (0.0, 0.0)
-        self._sx = self._sy = self._sxx = self._sxy = 0.0
-        for t, y in self.points:
-            self._add(t, y, 1.0)
+    def _compact(self) -> None:
+        """Drop the points behind the head and re-sum from the oldest kept one as the new origin."""
+        ts, ys = self._t[self._head:], self._y[self._head:]
+        self._t, self._y, self._sums, self._head = [], [], [], 0
+        self._t0, self._y0 = (ts[0], ys[0]) if ts else (0.0, 0.0)
+        for t, y in zip(ts, ys):
+            self._push(t, y)
         self._appends = 0
 
     def add(self, t: float, y: float) -> None:
-        spacing = self.window / self.max_points
-        if self.points and t - self._opened < spacing:
-            self._add(*self.points.pop(), -1.0)
+        spacing = self.history / self.max_points
+        if len(self) and t - self._opened < spacing - 1e-9:
+            self._t.pop()
+            self._y.pop()
+            self._sums.pop()
         else:
             self._opened = t
             self._appends += 1
-        self.points.append((t, y))
-        self._add(t, y, 1.0)
-        while len(self.points) > TREND_MIN_POINTS and self.points[0][0] < t - self.window - 1e-9:
-            self._add(*self.points.popleft(), -1.0)
+        self._push(t, y)
+        while len(self) > TREND_MIN_POINTS and self._t[self._head] < t - self.history - 1e-9:
+            self._head += 1
         if self._appends >= self.max_points:
-            self._resum()
+            self._compact()
 
-    def slope(self) -> Optional[float]:
-        """Net bytes per second over the window (negative: earning credit); None: too few points."""
-        n = len(self.points)
-        if n < TREND_MIN_POINTS:
-            return None
-        den = n * self._sxx - self._sx * self._sx
-        if den <= 1e-12 * n * self._sxx or den <= 0:
-            return None
-        return (n * self._sxy - self._sx * self._sy) / den
+    def _start(self, window: float) -> int:
+        """Index of the oldest point within `window` seconds of the newest (at least TREND_MIN_POINTS back)."""
+        if not len(self):
+            return self._head
+        i = bisect.bisect_left(self._t, self._t[-1] - window - 1e-9, self._head)
+        return max(self._head, min(i, len(self._t) - TREND_MIN_POINTS))
 
-    def excursion(self, slope: float) -> float:
+    def _window_sums(self, i: int) -> tuple[int, float, float, float, float]:
+        sx, sy, sxx, sxy = self._sums[-1]
+        if i > 0:                           # the running sums start at the list's first point, kept or not
+            ax, ay, axx, axy = self._sums[i - 1]
+            sx, sy, sxx, sxy = sx - ax, sy - ay, sxx - axx, sxy - axy
+        return len(self._t) - i, sx, sy, sxx, sxy
+
+    def slope(self, window: Optional[float] = None) -> Optional[float]:
+        """Net bytes per second over the last `window` seconds (default the whole history; negative: earning
+        credit); None: too few points."""
+        if len(self) < TREND_MIN_POINTS:
+            return None
+        n, sx, sy, sxx, sxy = self._window_sums(self._start(self.history if window is None else window))
+        # centred: n·Σx² − (Σx)² loses everything to rounding once the origin is far behind the window
+        mx = sx / n
+        cxx = sxx - mx * sx
+        if cxx <= 1e-12 * max(sxx, 1e-300) or cxx <= 0:
+            return None
+        return (sxy - mx * sy) / cxx
+
+    def excursion(self, slope: float, window: Optional[float] = None) -> float:
         """How far the net spend has run above its fitted line (of `slope`) within the window, beyond where it
         is now: max(residual) - residual now, >= 0. A bursty drain's spend is a staircase around its trend
         line; the bucket empties the first time the staircase's top reaches the credit left, this much sooner
-        than the line does (docs/credits.md, "Two forecasts"). O(points), at most TREND_MAX_POINTS."""
-        n = len(self.points)
-        if n < TREND_MIN_POINTS:
+        than the line does (docs/credits.md, "Two forecasts"). O(points in the window), at most
+        TREND_MAX_POINTS."""
+        if len(self) < TREND_MIN_POINTS:
             return 0.0
-        mx, mv = self._sx / n, self._sy / n
+        i = self._start(self.history if window is None else window)
+        n, sx, sy, _, _ = self._window_sums(i)
+        mx, mv = sx / n, sy / n
+        t0, y0 = self._t0, self._y0
         top = -INF
-        for t, y in self.points:
-            top = max(top, (y - self._y0) - (mv + slope * ((t - self._t0) - mx)))
-        t, y = self.points[-1]
-        return max(0.0, top - ((y - self._y0) - (mv + slope * ((t - self._t0) - mx))))
+        for k in range(i, len(self._t)):
+            top = max(top, (self._y[k] - y0) - (mv + slope * ((self._t[k] - t0) - mx)))
+        now = (self._y[-1] - y0) - (mv + slope * ((self._t[-1] - t0) - mx))
+        return max(0.0, top - now)
 
     def reset(self) -> None:
-        self.points.clear()
+        self._t, self._y, self._sums, self._head = [], [], [], 0
         self._opened = -INF
-        self._resum()
+        self._appends = 0
+        self._t0 = self._y0 = 0.0
+
+    def decimated(self, most: int) -> list[tuple[float, float]]:
+        """At most `most` of the points, evenly spread over the history and always with the newest: what a
+        restart needs to fit its first sample (docs/credits.md, "Persistence")."""
+        pts = self.points
+        if len(pts) <= most:
+            return pts
+        step = (len(pts) - 1) / (most - 1)
+        return [pts[round(k * step)] for k in range(most)]
+
+    def load(self, points: list[tuple[float, float]]) -> None:
+        """Start from saved points (oldest first), as if they had been added one by one."""
+        self.reset()
+        for t, y in points:
+            self._opened = -INF                 # every saved point keeps its own slot
+            self.add(t, y)

@@ -144,8 +144,8 @@ class S3Archive:
         of anything submitted later); returns how many objects that was. Call before start()."""
         return len(self.queue.use_spool(spool))
 
-    def stats(self) -> ArchiveStats:
-        q = self.queue.stats()
+    def snapshot(self) -> ArchiveStats:
+        q = self.queue.snapshot()
         return ArchiveStats(q.uploaded, q.failed, q.dropped, q.backlog, q.last_success_timestamp)
 
     # -- lifecycle ---------------------------------------------------------------------------------------

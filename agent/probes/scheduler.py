@@ -8,10 +8,11 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from agent.models.probe_cost import (
     PROBE_RATES,
+    CreditSource,
     below_floor,
     credit_state,
     crosses_floor,
@@ -98,11 +99,6 @@ class ProbePlan:
     expected_bytes: Optional[float]   # duration x the rate cap or the peak; None when neither is known
     round: int
     bitrate: Optional[int] = None     # iperf3 -b, bits/s per stream (rate = "baseline"); None: uncapped
-
-
-# credits(): direction -> (remaining_bytes, bucket_bytes) or an object with .remaining_bytes and
-# .bucket_bytes (agent.models.credit_model.CreditReading); None or missing figures: never exhausts / unknown.
-CreditSource = Callable[[], Optional[Mapping[str, Any]]]
 
 
 def _check_directions(directions: Sequence[str]) -> None:

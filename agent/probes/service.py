@@ -362,7 +362,7 @@ class ProbeService:
                 budget_bytes=float(s.hourly_budget_bytes), peers=s.peers, rounds=s.rounds,
                 next_round_timestamp=self.wall() + (s.next_round - s.clock()),
                 running=s.in_flight is not None, discovery=self._discovery,
-                archive=self.archive.stats() if self.archive is not None else None,
+                archive=self.archive.snapshot() if self.archive is not None else None,
                 peer_types={p.key: p.instance_type for p in s.peers if p.instance_type})
 
 

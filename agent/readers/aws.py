@@ -49,6 +49,25 @@ class AwsError(NamedTuple):
     limit: Optional[int] = None
 
 
+def _classify_answer(response: dict[str, Any]) -> AwsError:
+    """What an error answer from the service (botocore's ClientError.response) means."""
+    err = response.get("Error", {})
+    code = str(err.get("Code", ""))
+    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    limit = _STATED_LIMIT.search(str(err.get("Message", "")))
+    if limit:
+        return AwsError("too_large", code, int(limit.group(1)))
+    if code in THROTTLING_CODES or status == 429:
+        return AwsError("throttling", code)
+    if code in CREDENTIAL_CODES or status in (401, 403):
+        return AwsError("credentials", code)
+    if status == 413 or code == "RequestEntityTooLarge":
+        return AwsError("too_large", code)
+    if status >= 500 or code in SERVER_CODES:
+        return AwsError("server", code)
+    return AwsError("rejected", code)
+
+
 def classify(exc: BaseException) -> AwsError:
     """What a boto3 call's exception means (botocore imported late: most runs never call AWS).
 
@@ -58,21 +77,7 @@ def classify(exc: BaseException) -> AwsError:
     from botocore import exceptions as bx
 
     if isinstance(exc, bx.ClientError):
-        err = exc.response.get("Error", {})
-        code = str(err.get("Code", ""))
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-        limit = _STATED_LIMIT.search(str(err.get("Message", "")))
-        if limit:
-            return AwsError("too_large", code, int(limit.group(1)))
-        if code in THROTTLING_CODES or status == 429:
-            return AwsError("throttling", code)
-        if code in CREDENTIAL_CODES or status in (401, 403):
-            return AwsError("credentials", code)
-        if status == 413 or code == "RequestEntityTooLarge":
-            return AwsError("too_large", code)
-        if status >= 500 or code in SERVER_CODES:
-            return AwsError("server", code)
-        return AwsError("rejected", code)
+        return _classify_answer(exc.response)
     if isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError, bx.CredentialRetrievalError)):
         return AwsError("credentials")
     # ConnectionError covers refused, DNS, connect timeouts, proxy and TLS failures; HTTPClientError covers

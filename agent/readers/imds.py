@@ -38,6 +38,19 @@ class ImdsUnavailable(ImdsError):
     """Nothing usable answers at the endpoint (timeouts, refused, 5xx after the retries)."""
 
 
+class ImdsUnanswered(ImdsUnavailable):
+    """Every attempt connected but got no answer. For the token PUT on EC2 this is the response's IP hop
+    limit: a container without host networking is one hop too far at the default limit of 1."""
+
+
+# In the detail of every ImdsUnanswered, hence of the probe built on it.
+NO_ANSWER = "connected, but no answer"
+
+
+class _NoAnswer(socket.timeout):
+    """The connection was made and the request sent; the answer did not come within the timeout."""
+
+
 class ImdsForbidden(ImdsError):
     """HTTP 403: the instance has its metadata service turned off (http-endpoint disabled)."""
 
@@ -52,6 +65,12 @@ class ImdsProbe(NamedTuple):
     reachable: bool
     imdsv2: bool
     detail: str
+
+    @property
+    def unanswered(self) -> bool:
+        """The token request connected but no answer came back: the hop-limit signature (ImdsUnanswered).
+        A property, not a field, so a probe still compares equal to its 3-tuple."""
+        return not self.reachable and self.detail.startswith("PUT ") and NO_ANSWER in self.detail
 
 
 class ImdsStats:
@@ -124,7 +143,10 @@ class ImdsClient:
         conn._create_connection = _connect_ascii  # type: ignore[attr-defined]
         try:
             conn.request(method, path, headers=dict(headers))
-            resp = conn.getresponse()
+            try:
+                resp = conn.getresponse()
+            except socket.timeout as exc:
+                raise _NoAnswer(str(exc)) from exc
             body = resp.read(MAX_BODY + 1)
             if len(body) > MAX_BODY:
                 raise ImdsError(f"{method} {path}: answer larger than {MAX_BODY} bytes")
@@ -136,14 +158,19 @@ class ImdsClient:
         """One request with bounded retries; returns any HTTP answer below 500, raises ImdsUnavailable."""
         attempts = 1 + self.retries
         last = ""
+        unanswered = 0
         for attempt in range(attempts):
             if attempt:
                 self.sleep(min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (attempt - 1)))
             try:
                 resp = self._once(method, path, headers)
-            except socket.timeout:
+            except socket.timeout as exc:
                 self.stats.count(kind, "timeout")
-                last = f"timed out after {self.timeout:g}s"
+                if isinstance(exc, _NoAnswer):
+                    unanswered += 1
+                    last = f"{NO_ANSWER}: timed out after {self.timeout:g}s"
+                else:
+                    last = f"timed out after {self.timeout:g}s"
                 continue
             except ConnectionRefusedError:
                 self.stats.count(kind, "refused")
@@ -160,7 +187,8 @@ class ImdsClient:
             self.stats.count(kind, {200: "ok", 401: "unauthorized", 403: "forbidden",
                                     404: "not_found"}.get(resp.status, "error"))
             return resp
-        raise ImdsUnavailable(f"{method} {self.endpoint}{path}: {last} ({attempts} attempt(s))")
+        cls = ImdsUnanswered if unanswered == attempts else ImdsUnavailable
+        raise cls(f"{method} {self.endpoint}{path}: {last} ({attempts} attempt(s))")
 
     # -- token -----------------------------------------------------------------------------------
     def _fetch_token(self) -> str:
@@ -229,22 +257,29 @@ class ImdsClient:
             raise ImdsForbidden(f"{url_path}: HTTP 403 (IMDS disabled)")
         raise ImdsError(f"GET {self.endpoint}{url_path}: HTTP {resp.status}")
 
+    def _known_probe(self) -> Optional[ImdsProbe]:
+        """The verdict this client already reached (IMDSv2 reads worked, or IMDS did not answer or is
+        disabled), or None when it has to ask."""
+        with self._lock:
+            dead, v1 = self._dead, self._v1
+        if isinstance(dead, ImdsUnavailable):
+            return ImdsProbe(False, False, f"{dead} (inside a container, the instance's "
+                                           "http-put-response-hop-limit may be 1)")
+        if isinstance(dead, ImdsForbidden):
+            return ImdsProbe(True, False, "IMDS is disabled on this instance (HTTP 403)")
+        if self.stats.version == "v2" and not v1:
+            return ImdsProbe(True, True, f"IMDSv2 at {self.endpoint} (token reads succeeded)")
+        return None
+
     def probe(self, reuse: bool = False) -> ImdsProbe:
         """Is IMDS reachable, and with IMDSv2? Never raises; does not use or change the cached token.
 
         With `reuse`, a verdict this client already reached (IMDSv2 reads worked, or IMDS did not answer
         or is disabled) is returned without asking again, so a one-shot command that ran discovery first
         does not pay the timeouts twice."""
-        if reuse:
-            with self._lock:
-                dead, v1 = self._dead, self._v1
-            if isinstance(dead, ImdsUnavailable):
-                return ImdsProbe(False, False, f"{dead} (inside a container, the instance's "
-                                               "http-put-response-hop-limit may be 1)")
-            if isinstance(dead, ImdsForbidden):
-                return ImdsProbe(True, False, "IMDS is disabled on this instance (HTTP 403)")
-            if self.stats.version == "v2" and not v1:
-                return ImdsProbe(True, True, f"IMDSv2 at {self.endpoint} (token reads succeeded)")
+        known = self._known_probe() if reuse else None
+        if known is not None:
+            return known
         try:
             resp = self._request("PUT", TOKEN_PATH, {TTL_HEADER: "60"}, "token")
         except ImdsUnavailable as exc:

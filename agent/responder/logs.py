@@ -26,8 +26,8 @@ class _Window:
 class LogLimiter:
     """Per kind of event (`key`, e.g. "dropped overload"), at most `burst` lines per `interval` seconds;
     the rest are counted, and one summary line per key and interval says how many were left out and the
-    last of them. Without it one WARNING per dropped connection made 108k lines (15.8 MB) in 12 s under a
-    flood of bad connections (issue 13, row 5). Thread-safe."""
+    last of them. Without it a flood of bad connections writes one WARNING per connection
+    (docs/security.md, "Responder limits"). Thread-safe."""
 
     def __init__(self, logger: logging.Logger, interval: float = 60.0, burst: int = 5,
                  clock: Callable[[], float] = time.monotonic) -> None:

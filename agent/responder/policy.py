@@ -12,6 +12,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 
 from agent.config import ResponderConfig
 from agent.iperf3 import protocol as p
+from agent.iperf3.params import TestParams
 from agent.models.probe_cost import below_floor, crosses_floor, expected_test_bytes, over_budget
 from agent.models.units import DIRECTIONS
 
@@ -77,7 +78,8 @@ def same_scope(entry: str, peer: Optional[str]) -> bool:
 def is_allowed(addr: str, allow: Sequence[Network]) -> bool:
     """Whether a peer may test. An entry with a scope id (`fe80::%eth0/64`) matches only peers on that
     interface: link-local addresses repeat on every link, so without the scope the entry would let in
-    the same addresses on every other link (issue 13, row 8). An entry without one matches any link."""
+    the same addresses on every other link (docs/security.md, "Responder limits"). An entry without one
+    matches any link."""
     ip = client_ip(addr)
     if ip is None:
         return False
@@ -110,16 +112,17 @@ class Refused(Exception):
         self.busy = busy
 
 
-def data_connections(params: p.TestParams) -> int:
+def data_connections(params: TestParams) -> int:
     """The data connections a test makes: -P of them, twice with --bidir (one set each way)."""
     return params.num_streams * (2 if params.bidirectional else 1)
 
 
-def udp_planned_bytes(params: p.TestParams, peak_bytes_per_second: Optional[float],
+def udp_planned_bytes(params: TestParams, peak_bytes_per_second: Optional[float],
                       cfg: ResponderConfig) -> Optional[float]:
     """What a UDP test moves each way, known in advance because UDP goes at the asked rate whatever the
     receiver does: rate x streams x length. `-b 0` (unlimited) goes as fast as the host can, so it is
-    planned at this size's peak, the most the shaper lets through (issue 13, row 7); None when the peak
+    planned at this size's peak, the most the shaper lets through (docs/security.md, "Responder limits");
+    None when the peak
     is unknown too (then only max_bytes bounds it, at run time)."""
     length = (params.duration + params.omit) or cfg.max_duration
     if params.bandwidth > 0:
@@ -129,7 +132,7 @@ def udp_planned_bytes(params: p.TestParams, peak_bytes_per_second: Optional[floa
     return None
 
 
-def check_caps(params: p.TestParams, cfg: ResponderConfig, peak_bytes_per_second: Optional[float] = None) -> None:
+def check_caps(params: TestParams, cfg: ResponderConfig, peak_bytes_per_second: Optional[float] = None) -> None:
     """Raise Refused when the parameters ask for more than `[responder]` allows. Over-long or too-wide
     tests are refused, not clamped: iperf3 clients end a test by their own clock, so a clamped test would
     report a rate over the wrong duration. `peak_bytes_per_second` (this size's, when known) plans UDP
@@ -190,7 +193,7 @@ class RateLimiter:
 
 # -- the credit guard: serving spends this host's own buckets (docs/probes.md, "Credit guard") ------------
 
-def drained_directions(params: p.TestParams) -> tuple[str, ...]:
+def drained_directions(params: TestParams) -> tuple[str, ...]:
     """The buckets of this host a test drains: with -R the responder sends (outbound), otherwise it
     receives (inbound); --bidir both. AWS keeps one bucket per direction (docs/ec2-network-facts.md, "Bandwidth")."""
     if params.bidirectional:
@@ -198,7 +201,7 @@ def drained_directions(params: p.TestParams) -> tuple[str, ...]:
     return ("out",) if params.reverse else ("in",)
 
 
-def expected_bytes(params: p.TestParams, peak_bytes_per_second: Optional[float],
+def expected_bytes(params: TestParams, peak_bytes_per_second: Optional[float],
                    cfg: ResponderConfig) -> Optional[float]:
     """What the test is expected to move in each direction it drains, reckoned as the probe scheduler
     does (agent.models.probe_cost): its length (time + omit) x this size's peak, or the client's -b / -n
@@ -210,12 +213,12 @@ def expected_bytes(params: p.TestParams, peak_bytes_per_second: Optional[float],
                                    streams=params.num_streams, nbytes=asked)
     if expected is None and params.protocol == "udp":
         # UDP without a rate sends as fast as it can, whatever the receiver does: only the run-time
-        # cap bounds it, so plan for all of it (issue 13, row 7).
+        # cap bounds it, so plan for all of it (docs/security.md, "Responder limits").
         return float(cfg.max_bytes)
     return min(expected, float(cfg.max_bytes)) if expected is not None else None
 
 
-def credit_refusal(params: p.TestParams, credits: Mapping[str, tuple[float, float]],
+def credit_refusal(params: TestParams, credits: Mapping[str, tuple[float, float]],
                    expected: Optional[float], floor: float) -> Optional[Refused]:
     """Refused (busy) when a bucket the test would drain holds less than `floor` of its size, or when the
     test's expected bytes would by themselves take it below; None to serve. `credits` holds only the
@@ -236,7 +239,7 @@ def credit_refusal(params: p.TestParams, credits: Mapping[str, tuple[float, floa
     return None
 
 
-def budget_refusal(params: p.TestParams, expected: Optional[float], used: Mapping[str, float],
+def budget_refusal(params: TestParams, expected: Optional[float], used: Mapping[str, float],
                    used_by_source: Mapping[str, float], cfg: ResponderConfig) -> Optional[Refused]:
     """Refused (busy) when the bytes served in the last hour plus the test's expected ones would exceed
     the hourly budget of a direction it drains, for all sources together or for this source; None to serve."""

@@ -1,46 +1,35 @@
 """The responder service: bind, accept, admit or turn away, and hand each admitted test to its session.
 
 An iperf3-compatible server for peers' probes, split by phase as esnet/iperf's iperf_server_api.c is:
-`policy` decides who may test and what, `session` runs one test, `stats` counts; this module owns the
-listening socket, the accept loop (one thread, one selector: a connection that owes its cookie costs a
-descriptor, never a thread) and the one-test-at-a-time rule.
+`policy` decides who may test and what, `admission` applies it with this host's credits and budget,
+`pending` holds the connections that are not yet a test, `session` runs one test, `stats` counts; this
+module owns the listening socket, the accept loop (one thread, one selector: a connection that owes its
+cookie costs a descriptor, never a thread), the dispatch of cookies and the one-test-at-a-time rule.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import errno
 import functools
 import logging
-import resource
 import selectors
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Callable, Optional, Sequence, Union
 
-from agent.config import ResponderConfig, split_hostport
+from agent.config import ResponderConfig
+from agent.config_checks import split_hostport
 from agent.iperf3 import protocol as p
 from agent.iperf3.sockets import bind_socket
-from agent.models.probe_cost import credit_state
-from agent.models.profile import BandwidthProfile
+from agent.models.probe_cost import BusyFlag, CreditSource, ProfileSource
+from agent.responder.admission import Admission
 from agent.responder.logs import LogLimiter
-from agent.responder.policy import (
-    Network,
-    RateLimiter,
-    budget_refusal,
-    check_caps,
-    client_ip,
-    credit_refusal,
-    expected_bytes,
-    is_allowed,
-    parse_allow,
-    resolve_allow,
-    valid_cookie,
-)
-from agent.responder.session import Session, Timeouts, deny
+from agent.responder.pending import Parked, Pending, PendingTable, fd_ceiling
+from agent.responder.policy import Network, RateLimiter, client_ip, is_allowed, parse_allow, resolve_allow, valid_cookie
+from agent.responder.refusals import deny
+from agent.responder.session import Session, Timeouts
 from agent.responder.stats import ResponderStats
 
 # resolve_allow is the wiring's (daemon, `burstwatch responder`): it turns `[responder] allow` into networks.
@@ -48,25 +37,13 @@ __all__ = ["Responder", "resolve_allow"]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-# The wiring's view of this host: direction -> agent.models.credit_model.CreditReading (or
-# (remaining_bytes, bucket_bytes)); None or a missing direction is unknown.
-CreditSource = Callable[[], Optional[Mapping[str, Any]]]
-ProfileSource = Callable[[], Optional[BandwidthProfile]]
-
 # The listen backlog: when `max_pending` connections already owe their cookie, the accept loop stops
 # accepting and new connections wait here, in the kernel, instead of being reset (the kernel caps it
 # again at net.core.somaxconn, 4096 on Debian 12).
 BACKLOG = 128
-# Descriptors the responder leaves to the rest of the daemon (sampling, credit saving, /metrics): it
-# closes at once any connection whose descriptor lands in the top quarter of RLIMIT_NOFILE (at least 32).
-# Linux hands out the lowest free descriptor, so a high number means the process is that full. systemd's
-# default soft limit for a service is 1024: the responder stops at 768.
-FD_RESERVE_FRACTION = 4
-FD_RESERVE_MIN = 32
 # When accept() fails for want of descriptors or memory, the loop stops accepting for this long, doubling
-# while it goes on (up to the second figure); without it the loop spun at 100 % of a core, retrying at
-# once a connection the kernel keeps offering (issue 13, row 2: 8.7 CPU-s in 9 s).
+# while it goes on (up to the second figure); without it the loop spins at 100 % of a core, retrying at
+# once a connection the kernel keeps offering (docs/security.md, "Responder limits").
 ACCEPT_BACKOFF = (0.1, 1.0)
 # accept() errors that mean "out of descriptors or memory", not "this connection went away".
 _EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -76,36 +53,6 @@ PARK_WAIT = 2.0
 # At most this many connections are accepted per wake-up, so the loop also reads cookies and times out
 # silent connections under a flood.
 ACCEPT_BATCH = 64
-
-
-def fd_ceiling() -> int:
-    """The lowest descriptor number the responder will not keep (see FD_RESERVE_FRACTION)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft <= 0:
-        return 1 << 30
-    return max(0, soft - max(FD_RESERVE_MIN, soft // FD_RESERVE_FRACTION))
-
-
-@dataclass(eq=False)
-class _Pending:
-    """A connection that owes its 37-byte cookie: a client that wants a test, or (`stream`) one of the
-    running test's data connections."""
-
-    conn: socket.socket
-    source: str
-    deadline: float
-    stream: bool
-    buf: bytearray = field(default_factory=bytearray)
-
-
-@dataclass(eq=False)
-class _Parked:
-    """A client whose cookie came while the last test was showing its results: it waits for that test."""
-
-    conn: socket.socket
-    source: str
-    cookie: bytes
-    deadline: float
 
 
 class Responder:
@@ -125,16 +72,14 @@ class Responder:
                  credits: Optional[CreditSource] = None, profile: Optional[ProfileSource] = None,
                  timeouts: Optional[Timeouts] = None, clock: Callable[[], float] = time.monotonic,
                  stats: Optional[ResponderStats] = None,
-                 external_busy: Callable[[], bool] = lambda: False) -> None:
+                 external_busy: BusyFlag = lambda: False) -> None:
         self.cfg = cfg
         self.allow = parse_allow(allow)
-        # This host's latest credit readings and bandwidth profile, for the credit guard; without them
-        # the host is credit-blind and only the hourly budget applies (docs/probes.md, "Credit guard").
-        self._credits = credits
-        self._profile = profile
         self.timeouts = timeouts or Timeouts()
         self.clock = clock
         self.stats = stats or ResponderStats(clock)
+        # The credit guard and the hourly budget, fed this host's credits and profile by the wiring.
+        self.admission = Admission(self.stats, credits, profile)
         self.stats.allowed = tuple(str(n) for n in self.allow)
         self.stats.hourly_budget_bytes = cfg.hourly_budget_bytes
         self.limiter = RateLimiter(cfg.max_tests_per_hour, clock)
@@ -149,9 +94,8 @@ class Responder:
         self.external_busy = external_busy
         # The accept loop's own state (only its thread touches these, except the counts read by tests).
         self._sel: Optional[selectors.BaseSelector] = None
-        self._pending: dict[int, _Pending] = {}
-        self._per_source: collections.Counter[str] = collections.Counter()
-        self._parked: list[_Parked] = []
+        self._pending = PendingTable()
+        self._parked: list[Parked] = []
         self._paused_until = 0.0
         self._backoff = 0.0
         self._fd_ceiling = fd_ceiling()
@@ -256,7 +200,7 @@ class Responder:
                 self._serve_parked(now)
                 self.events.flush()
         finally:
-            for pend in list(self._pending.values()):
+            for pend in list(self._pending.by_fd.values()):
                 self._forget(pend)
                 pend.conn.close()
             for park in self._parked:
@@ -272,8 +216,9 @@ class Responder:
         wait = 0.25
         if self._parked:
             wait = 0.02
-        if self._pending:
-            wait = min(wait, min(p_.deadline for p_ in self._pending.values()) - now)
+        nearest = self._pending.nearest_deadline()
+        if nearest is not None:
+            wait = min(wait, nearest - now)
         if now < self._paused_until:
             wait = min(wait, self._paused_until - now)
         return max(0.0, wait)
@@ -347,38 +292,34 @@ class Responder:
                                    or self.external_busy())
             # The running test's own data connections come on top of its source's share.
             limit = self.cfg.max_pending_per_source + (test.data_connections() if stream and test else 0)
-            over = self._per_source[source] >= limit
+            over = self._pending.per_source[source] >= limit
         if busy:
             self._refuse_busy(conn, source)
             return
         if over:
-            self._drop(conn, source, "overload", f"{self._per_source[source]} of its connections already owe "
+            self._drop(conn, source, "overload", f"{self._pending.per_source[source]} of its connections already owe "
                        f"a cookie (max_pending_per_source {self.cfg.max_pending_per_source})", logging.WARNING)
             return
         assert self._sel is not None
         conn.setblocking(False)
         wait = self.timeouts.stream_cookie if stream else self.timeouts.cookie
-        pend = _Pending(conn, source, time.monotonic() + wait, stream)
-        self._pending[conn.fileno()] = pend
-        self._per_source[source] += 1
+        pend = Pending(conn, source, time.monotonic() + wait, stream)
+        self._pending.add(pend)
         self._sel.register(conn, selectors.EVENT_READ, pend)
         # Most clients send their cookie with the handshake's last ACK: read it now, so a burst of
         # connections from one source is not held against its share while the batch is accepted.
         self._read_cookie(pend)
 
-    def _forget(self, pend: _Pending) -> None:
+    def _forget(self, pend: Pending) -> None:
         """A connection no longer owes its cookie."""
-        self._pending.pop(pend.conn.fileno(), None)
-        self._per_source[pend.source] -= 1
-        if self._per_source[pend.source] <= 0:
-            del self._per_source[pend.source]
+        self._pending.forget(pend)
         if self._sel is not None:
             try:
                 self._sel.unregister(pend.conn)
             except (KeyError, ValueError):
                 pass
 
-    def _read_cookie(self, pend: _Pending) -> None:
+    def _read_cookie(self, pend: Pending) -> None:
         try:
             chunk = pend.conn.recv(p.COOKIE_SIZE - len(pend.buf))
         except (BlockingIOError, InterruptedError):
@@ -402,7 +343,7 @@ class Responder:
         self._on_cookie(pend.conn, pend.source, cookie)
 
     def _expire(self, now: float) -> None:
-        for pend in [x for x in self._pending.values() if x.deadline <= now]:
+        for pend in self._pending.expired(now):
             self._forget(pend)
             wait = self.timeouts.stream_cookie if pend.stream else self.timeouts.cookie
             self._drop(pend.conn, pend.source, "timeout", f"no cookie within {wait:g}s")
@@ -425,7 +366,7 @@ class Responder:
                     return
                 # A test that has shown its results is as good as over: wait for it rather than turn away
                 # a client that starts its next test the moment the last one ended.
-                self._parked.append(_Parked(conn, source, cookie, time.monotonic() + PARK_WAIT))
+                self._parked.append(Parked(conn, source, cookie, time.monotonic() + PARK_WAIT))
                 return
         if extra:
             self._drop(conn, source, "overload", "a data connection beyond the test's streams")
@@ -462,7 +403,7 @@ class Responder:
             pass
         test = Session(p.Control(conn, source), source, cookie, cfg=self.cfg, timeouts=self.timeouts,
                        stats=self.stats, address=self.address, events=self.events,
-                       admit=functools.partial(self._admit, self.cfg, source))
+                       admit=functools.partial(self.admission.admit, self.cfg, source))
         self._active = test
         t = threading.Thread(target=self._run_test, args=(test,), name=f"responder-{source}", daemon=True)
         self._threads = [x for x in self._threads if x.is_alive()] + [t]
@@ -486,33 +427,3 @@ class Responder:
         finally:
             with self._lock:
                 self._active = None
-
-    # -- admission ---------------------------------------------------------------------------------------
-    def _admit(self, cfg: ResponderConfig, source: str, params: p.TestParams) -> None:
-        """Raise Refused for a test this responder will not run now: over a cap (for good), or, answered
-        as busy, one that would drain a bucket under the credit floor or overspend the hourly budget."""
-        profile = self._read("profile", self._profile)
-        peak = profile.peak_bytes_per_second if profile is not None else None
-        check_caps(params, cfg, peak)
-        expected = expected_bytes(params, peak, cfg)
-        # Only a size with a burst bucket has credits to guard: an unknown profile, or one whose baseline
-        # equals its peak, is credit-blind, and there only the budget applies.
-        if profile is not None and profile.bursts:
-            refusal = credit_refusal(params, credit_state(self._read("credits", self._credits)), expected,
-                                     cfg.credit_floor)
-            if refusal is not None:
-                raise refusal
-        refusal = budget_refusal(params, expected, self.stats.served.used(), self.stats.served.used(source), cfg)
-        if refusal is not None:
-            raise refusal
-
-    @staticmethod
-    def _read(what: str, source: Optional[Callable[[], T]]) -> Optional[T]:
-        """A figure from the wiring; one that cannot be read counts as unknown (the budget still applies)."""
-        if source is None:
-            return None
-        try:
-            return source()
-        except Exception:
-            log.exception("responder: cannot read this host's %s; serving as credit-blind", what)
-            return None

@@ -15,11 +15,14 @@ from typing import Callable, Optional
 
 from agent.config import ResponderConfig
 from agent.iperf3 import protocol as p
+from agent.iperf3.params import TestParams, parse_params
+from agent.iperf3.results import Results, StreamResult, parse_results
 from agent.iperf3.sockets import answer_udp, apply_test_options, bind_socket, make_streams
-from agent.iperf3.streams import ByteBudget, CpuMeter, Stream, StreamSettings
+from agent.iperf3.streams import ByteBudget, CpuMeter, Sample, Stream, StreamSettings
 from agent.iperf3.tcpinfo import congestion_control
 from agent.responder.logs import LogLimiter
 from agent.responder.policy import Refused, check_caps, client_ip, data_connections
+from agent.responder.refusals import Dropped, deny
 from agent.responder.stats import ResponderStats
 
 log = logging.getLogger(__name__)
@@ -38,41 +41,13 @@ class Timeouts:
     done: float = 5.0           # DISPLAY_RESULTS sent -> IPERF_DONE
 
 
-class Dropped(Exception):
-    """A client dropped for protocol trouble: `reason` is a stats.DROP_REASONS label."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-def deny(conn: socket.socket, reason_text: Optional[str], state: int = p.ACCESS_DENIED) -> None:
-    """Answer a connection we will not serve without ever blocking: take whatever the client already
-    sent (so closing does not turn into a reset), send ACCESS_DENIED and, for burstwatch clients, why."""
-    try:
-        conn.setblocking(False)
-        try:
-            conn.recv(256)
-        except OSError:
-            pass
-        data = p.encode_state(state)
-        if reason_text:
-            data += p.encode_message({p.REASON_KEY: reason_text})
-        conn.send(data)
-        conn.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-    finally:
-        conn.close()
-
-
 class Session:
     """One test from PARAM_EXCHANGE to IPERF_DONE, run on its own thread once the accept loop has read
     the client's cookie. `address` is the responder's own (host, port): UDP streams are made there."""
 
     def __init__(self, ctrl: p.Control, source: str, cookie: bytes, *, cfg: ResponderConfig,
                  timeouts: Timeouts, stats: ResponderStats, address: tuple[str, int],
-                 admit: Optional[Callable[[p.TestParams], None]] = None,
+                 admit: Optional[Callable[[TestParams], None]] = None,
                  events: Optional[LogLimiter] = None) -> None:
         self.cfg = cfg
         # Raises Refused for a test the responder will not run (caps, credit guard); default: the caps.
@@ -84,12 +59,14 @@ class Session:
         self.ctrl = ctrl
         self.source = source
         self.cookie = cookie
-        self.params: Optional[p.TestParams] = None
+        self.params: Optional[TestParams] = None
         # Data connections whose cookie the accept loop has checked, for _collect. Bounded: a test never
-        # needs more than max_streams, and a client that opens more gets them closed (issue 13, row 2).
+        # needs more than max_streams, and a client that opens more gets them closed (docs/security.md,
+        # "Responder limits").
         self.incoming: queue.Queue[socket.socket] = queue.Queue(maxsize=max(1, cfg.max_streams))
         self.accepting = False
-        # Cookie and parameters accepted: only such a test counts in tests_total (issue 13, row 6).
+        # Cookie and parameters accepted: only such a test counts in tests_total (docs/security.md,
+        # "Responder limits").
         self.started = False
         self.streams: list[Stream] = []
         self.udp_sock: Optional[socket.socket] = None
@@ -209,22 +186,53 @@ class Session:
             raise Dropped("closed", str(exc)) from None
 
     def _run(self) -> None:
-        t, ctrl = self.t, self.ctrl
-        self._send_state(p.PARAM_EXCHANGE)
-        try:
-            params = p.parse_params(ctrl.recv_message(t.params, p.MAX_PARAMS_MESSAGE))
-        except p.Timeout:
-            raise Dropped("timeout", f"no parameters within {t.params:g}s") from None
-        except p.PeerClosed:
-            raise Dropped("closed", "closed before sending parameters") from None
-        except (p.ProtocolError, struct.error) as exc:
-            raise Dropped("garbage", f"bad parameters: {exc}") from None
+        t = self.t
+        params = self._receive_params()
         self.admit(params)
         self.params = params
         self.started = True
         udp = params.protocol == "udp"
         if udp:
             self.udp_sock = self._udp_listener()
+        roles = self._roles(params)
+        socks = self._make_connections(len(roles), udp)
+        length = (params.duration + params.omit) or self.cfg.max_duration
+        asked = params.bytes or params.blocks * params.blksize
+        # max_bytes (or the client's -n/-k, when smaller) bounds each direction on its own: a --bidir test
+        # drains both buckets, and the credit guard reckons each the same way (policy.expected_bytes).
+        cap = min(self.cfg.max_bytes, asked) if asked else self.cfg.max_bytes
+        for sock in socks:
+            apply_test_options(sock, params)
+        self._send_state(p.TEST_START)
+        self._send_state(p.TEST_RUNNING)
+        cpu = CpuMeter()
+        t0 = time.monotonic()
+        settings = StreamSettings(rate=params.bandwidth, blksize=params.blksize,
+                                  udp_counters_64bit=params.udp_counters_64bit,
+                                  deadline=t0 + min(length, self.cfg.max_duration) + t.send_slack)
+        self.streams = make_streams(socks, sender=roles, udp=udp, settings=settings, budget=ByteBudget(cap),
+                                    send_budget=ByteBudget(cap), label="r")
+        first = [s.sample(t0) for s in self.streams]
+        for s in self.streams:
+            s.start(t0)
+        t0, first, t_end = self._until_test_end(t0, first, length, params.omit)
+        mine = self._my_results(params, cpu, socks, first, t_end - t0, t_end)
+        self._exchange_results(mine)
+
+    def _receive_params(self) -> TestParams:
+        t = self.t
+        self._send_state(p.PARAM_EXCHANGE)
+        try:
+            return parse_params(self.ctrl.recv_message(t.params, p.MAX_PARAMS_MESSAGE))
+        except p.Timeout:
+            raise Dropped("timeout", f"no parameters within {t.params:g}s") from None
+        except p.PeerClosed:
+            raise Dropped("closed", "closed before sending parameters") from None
+        except (p.ProtocolError, struct.error) as exc:
+            raise Dropped("garbage", f"bad parameters: {exc}") from None
+
+    def _roles(self, params: TestParams) -> list[bool]:
+        """Whether we send on each data connection, in the order the client makes them."""
         n = params.num_streams
         if params.bidirectional:
             # iperf_server_api.c: with --bidir the first -P data connections are the client's senders
@@ -236,39 +244,25 @@ class Session:
             mode = "reverse (we send)" if params.reverse else "we receive"
         log.info("responder: test from %s: %s, %d streams, %ds, %s", self.source, params.protocol.upper(),
                  n, params.duration, mode)
+        return roles
 
+    def _make_connections(self, count: int, udp: bool) -> list[socket.socket]:
         self.accepting = True
         self._send_state(p.CREATE_STREAMS)
-        socks = (self._collect(len(roles), "UDP streams", self._take_udp) if udp
-                 else self._collect(len(roles), "streams", self._take_tcp))
+        socks = (self._collect(count, "UDP streams", self._take_udp) if udp
+                 else self._collect(count, "streams", self._take_tcp))
         self.accepting = False
         self._drain_incoming()
+        return socks
 
-        length = (params.duration + params.omit) or self.cfg.max_duration
-        asked = params.bytes or params.blocks * params.blksize
-        # max_bytes (or the client's -n/-k, when smaller) bounds each direction on its own: a --bidir test
-        # drains both buckets, and the credit guard reckons each the same way (policy.expected_bytes).
-        cap = min(self.cfg.max_bytes, asked) if asked else self.cfg.max_bytes
-        recv_budget, send_budget = ByteBudget(cap), ByteBudget(cap)
-        for sock in socks:
-            apply_test_options(sock, params)
-        self._send_state(p.TEST_START)
-        self._send_state(p.TEST_RUNNING)
-        cpu = CpuMeter()
-        t0 = time.monotonic()
-        settings = StreamSettings(rate=params.bandwidth, blksize=params.blksize,
-                                  udp_counters_64bit=params.udp_counters_64bit,
-                                  deadline=t0 + min(length, self.cfg.max_duration) + t.send_slack)
-        self.streams = make_streams(socks, sender=roles, udp=udp, settings=settings, budget=recv_budget,
-                                    send_budget=send_budget, label="r")
-        first = [s.sample(t0) for s in self.streams]
-        for s in self.streams:
-            s.start(t0)
-
-        # Running: the client speaks next, with TEST_END, when its clock says the test is over.
+    def _until_test_end(self, t0: float, first: list[Sample], length: float,
+                        omit: int) -> tuple[float, list[Sample], float]:
+        """Running: the client speaks next, with TEST_END, when its clock says the test is over. Returns the
+        start of the counted part (after --omit), its first samples, and the instant TEST_END came."""
+        t = self.t
         deadline = t0 + min(length, self.cfg.max_duration) + t.end_grace
         # With --omit the client leaves the first seconds out; so do our results (iperf_reset_stats).
-        omit_at = t0 + params.omit if params.omit else None
+        omit_at = t0 + omit if omit else None
         while True:
             if self.aborted.is_set():
                 raise Dropped("terminated", "the responder is stopping")
@@ -278,21 +272,24 @@ class Session:
             left = deadline - now
             if left <= 0:
                 raise Dropped("timeout", f"no TEST_END within {length}s + {t.end_grace:g}s")
-            if not ctrl.readable(min(left, 0.5, (omit_at - now) if omit_at is not None else 0.5)):
+            if not self.ctrl.readable(min(left, 0.5, (omit_at - now) if omit_at is not None else 0.5)):
                 continue
             # Stamp the end before anything else: under GIL contention from busy stream threads every
             # further step may wait a switch interval (5 ms), and the client's end is now.
             t_end = time.monotonic()
             state = self._recv_state(1.0, "TEST_END")
             if state == p.TEST_END:
-                break
+                return t0, first, t_end
             if state == p.CLIENT_TERMINATE:
                 raise Dropped("terminated", "the client terminated the test")
             raise Dropped("garbage", f"sent state {state} during the test")
 
-        # As iperf3: stop and close the data connections, then exchange results.
-        # Byte counts are read after the workers have finished their last call, so what we report is
-        # exactly what we sent or took (and what burstwatch_responder_bytes_total counts).
+    def _my_results(self, params: TestParams, cpu: CpuMeter, socks: list[socket.socket], first: list[Sample],
+                    seconds: float, t_end: float) -> Results:
+        """As iperf3: stop and close the data connections, then count. Byte counts are read after the
+        workers have finished their last call, so what we report is exactly what we sent or took (and what
+        burstwatch_responder_bytes_total counts)."""
+        udp = params.protocol == "udp"
         for s in self.streams:
             s.stop()
         last = [s.sample(t_end) for s in self.streams]  # TCP_INFO while the sockets are open
@@ -306,20 +303,23 @@ class Session:
         if any(s.sender for s in self.streams):
             has_retrans = 1 if not udp and all(x.info is not None for s, x in zip(self.streams, last)
                                                if s.sender) else 0
-        mine = p.Results(
+        return Results(
             cpu_total=total, cpu_user=user, cpu_system=system, sender_has_retransmits=has_retrans,
             congestion_used=congestion,
-            streams=tuple(p.StreamResult(
+            streams=tuple(StreamResult(
                 id=s.id, bytes=b.bytes - a.bytes,
                 retransmits=(b.info.total_retrans - (a.info.total_retrans if a.info else 0))
                 if s.sender and b.info is not None else -1,
                 jitter=b.jitter, errors=b.errors - a.errors, packets=b.packets - a.packets, start_time=0.0,
-                end_time=t_end - t0)
+                end_time=seconds)
                 for s, a, b in zip(self.streams, first, last)),
-            server_output_text=self._summary(t_end - t0) if params.get_server_output else None)
+            server_output_text=self._summary(seconds) if params.get_server_output else None)
+
+    def _exchange_results(self, mine: Results) -> None:
+        t, ctrl = self.t, self.ctrl
         self._send_state(p.EXCHANGE_RESULTS)
         try:
-            p.parse_results(ctrl.recv_message(t.results, 1024 * 1024))
+            parse_results(ctrl.recv_message(t.results, 1024 * 1024))
         except p.Timeout:
             raise Dropped("timeout", f"no results within {t.results:g}s") from None
         except p.PeerClosed:

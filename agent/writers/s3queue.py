@@ -151,7 +151,7 @@ class UploadQueue:
         with self._cond:
             return [i.key for i in self._queue]
 
-    def stats(self) -> QueueStats:
+    def snapshot(self) -> QueueStats:
         with self._cond:
             pending = len(self._queue) + (1 if self._uploading else 0)
             return QueueStats(self.uploaded, self.failed, self.dropped, pending, self.last_success)

@@ -189,7 +189,7 @@ class Spool:
         with self._lock:
             return seq in self._sizes
 
-    def stats(self) -> SpoolStats:
+    def snapshot(self) -> SpoolStats:
         with self._lock:
             return SpoolStats(self.name, len(self._sizes), self._bytes, self.max_records, self.max_bytes,
                               dict(self.dropped), self.replayed)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import signal
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent import config as configmod
 from agent.checks import CHECKS, is_slow, run_checks
+from agent.checks import runner as runner_module
 from agent.checks.runner import CheckRunner, subprocess_executor
 from agent.models.checks import Verdict
 from agent.readers.pmtu import PathMtu, measure_path_mtu
@@ -109,3 +114,77 @@ def test_the_daemon_executor_runs_burstwatch_check_in_a_child(tmp_path: Path) ->
         assert st.by_check("path_mtu") == [] and st.runs == 1     # a quick round leaves path MTU out
         st = run_in_ns(a, runner.run_once, timeout=120)
         assert st.by_check("path_mtu")[0].interface == "10.99.0.2" and st.runs == 2
+
+
+_POPEN = subprocess.Popen     # the real one: the tests below patch subprocess.Popen (the module is shared)
+
+
+class SleepingChild:
+    """Popen stand-in for the round's child: `sleep 30`, so a stop always lands mid-round."""
+
+    def __init__(self) -> None:
+        self.children: list[subprocess.Popen] = []
+
+    def __call__(self, cmd: list[str], **kw: Any) -> subprocess.Popen:
+        child = _POPEN(["sleep", "30"], **kw)
+        self.children.append(child)
+        return child
+
+
+def _start_mid_round(monkeypatch: pytest.MonkeyPatch) -> tuple[CheckRunner, SleepingChild]:
+    spawn = SleepingChild()
+    monkeypatch.setattr(runner_module.subprocess, "Popen", spawn)
+    runner = CheckRunner(subprocess_executor(None))
+    runner.start()
+    deadline = time.monotonic() + 5
+    while not spawn.children and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert spawn.children, "the round's child did not start"
+    return runner, spawn
+
+
+def _assert_one_quiet_line(caplog: pytest.LogCaptureFixture, runner: CheckRunner) -> None:
+    records = [r for r in caplog.records if r.name == runner_module.__name__]
+    assert [(r.levelname, r.getMessage()) for r in records] == [
+        ("INFO", records[0].getMessage())], "one INFO line, no traceback"
+    assert "cancelled" in records[0].getMessage() and records[0].exc_info is None
+    assert runner.state.runs == 0 and runner.state.verdicts == (), "a cancelled round counts as nothing"
+
+
+def test_stop_cancels_the_rounds_child_quietly(monkeypatch: pytest.MonkeyPatch,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    runner, spawn = _start_mid_round(monkeypatch)
+    t = time.monotonic()
+    runner.stop(2.0)
+    assert time.monotonic() - t < 1.5, "stop waited for the child"
+    assert spawn.children[0].wait(5) == -signal.SIGTERM
+    assert runner._thread is not None and not runner._thread.is_alive()
+    _assert_one_quiet_line(caplog, runner)
+
+
+def test_child_killed_by_systemd_just_before_the_stop_is_quiet(monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """`systemctl stop` signals the whole cgroup: the child may die before the daemon's handler runs.
+    Before the fix this logged 'check round failed' with a RuntimeError traceback ("exited -15")."""
+    caplog.set_level(logging.DEBUG)
+    runner, spawn = _start_mid_round(monkeypatch)
+    spawn.children[0].send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    runner.stop(2.0)
+    runner._thread.join(5) if runner._thread is not None else None
+    _assert_one_quiet_line(caplog, runner)
+
+
+def test_child_killed_without_a_stop_warns_once(monkeypatch: pytest.MonkeyPatch,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    runner, spawn = _start_mid_round(monkeypatch)
+    spawn.children[0].send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while not any(r.levelname == "WARNING" for r in caplog.records) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    runner.stop(2.0)
+    msgs = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == runner_module.__name__]
+    assert msgs[0] == ("WARNING", "check round cancelled: `burstwatch check` stopped by SIGTERM")
+    assert all(r.exc_info is None for r in caplog.records) and runner.state.runs == 0

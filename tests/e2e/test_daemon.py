@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import ROOT, require_root_tools
 from tests.support.credit_lab import parse_metrics
+from tests.support.daemon_config import daemon_config
 from tests.support.lab import Lab, run_in_ns
 
 pytestmark = pytest.mark.netns
@@ -60,19 +61,8 @@ def agent_lab(tmp_path: Path) -> Iterator[tuple[Lab, str, str, Path, Notificatio
     try:
         a, b = lab.host("a"), lab.host("b")
         lab.link(a, b, "10.78.0.1/24", "10.78.0.2/24", names=("eth0", "eth0"))
-        cfg = tmp_path / "burstwatch.toml"
-        cfg.write_text(f"""
-sample_interval = 0.5
-rate_window = 1.0
-state_dir = "{tmp_path / 'state'}"
-interfaces = ["eth0"]
-[metrics]
-listen = "127.0.0.1:9786"
-[imds]
-enabled = false
-[responder]
-enabled = false
-""")
+        cfg = daemon_config(tmp_path, sample_interval=0.5, rate_window=1.0, interfaces=["eth0"],
+                            metrics={"listen": "127.0.0.1:9786"})
         env = dict(os.environ, NOTIFY_SOCKET=notify_path, WATCHDOG_USEC="1500000", PYTHONPATH=str(ROOT))
         proc = lab.popen(a, sys.executable, "-m", "agent", "run", "--config", str(cfg), env=env,
                          stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "wb"))

@@ -8,32 +8,20 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
+
 from agent.readers import aws
 from tests.conftest import ROOT, free_port, wait_port
+from tests.support.daemon_config import daemon_config
+
+pytestmark = pytest.mark.slow  # the real daemon and moto on loopback, ~10 s
 
 
 def test_daemon_publishes_the_default_set(moto: str, tmp_path: Path) -> None:
     port = free_port()
-    cfg = tmp_path / "burstwatch.toml"
-    cfg.write_text(f"""
-interfaces = ["lo"]
-state_dir = "{tmp_path / 'state'}"
-[metrics]
-listen = "127.0.0.1:{port}"
-[imds]
-enabled = false
-[responder]
-enabled = false
-[instance]
-type = "m5.large"
-[cloudwatch]
-enabled = true
-endpoint_url = "{moto}"
-region = "us-east-1"
-period = 1
-flush_interval = 2
-dimensions = {{ Environment = "lab" }}
-""")
+    cfg = daemon_config(tmp_path, metrics={"listen": f"127.0.0.1:{port}"}, instance={"type": "m5.large"},
+                        cloudwatch={"enabled": True, "endpoint_url": moto, "region": "us-east-1", "period": 1,
+                                    "flush_interval": 2, "dimensions": {"Environment": "lab"}})
     proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(cfg)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "wb"))
     try:

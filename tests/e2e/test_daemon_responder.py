@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, free_port, wait_port
+from tests.support.daemon_config import daemon_config
 from tests.support.metrics_doc import undocumented
+
+pytestmark = pytest.mark.slow  # the real daemon on loopback
 
 
 def test_daemon_responder_serves_iperf3(tmp_path: Path) -> None:
@@ -20,18 +23,8 @@ def test_daemon_responder_serves_iperf3(tmp_path: Path) -> None:
     if iperf3 is None:
         pytest.fail("iperf3 missing: `make test-deps` installs it")
     mport, rport = free_port(), free_port()
-    cfg = tmp_path / "burstwatch.toml"
-    cfg.write_text(f"""
-interfaces = ["lo"]
-state_dir = "{tmp_path / 'state'}"
-[metrics]
-listen = "127.0.0.1:{mport}"
-[imds]
-enabled = false
-[responder]
-listen = "127.0.0.1:{rport}"
-allow = ["127.0.0.0/8"]
-""")
+    cfg = daemon_config(tmp_path, metrics={"listen": f"127.0.0.1:{mport}"},
+                        responder={"listen": f"127.0.0.1:{rport}", "allow": ["127.0.0.0/8"]})
     proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(cfg)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

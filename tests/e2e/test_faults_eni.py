@@ -18,6 +18,7 @@ from agent.discovery import EniWatcher
 from agent.readers.imds import ImdsClient
 from tests.conftest import ROOT, require_root_tools
 from tests.support.credit_lab import parse_metrics
+from tests.support.daemon_config import daemon_config
 from tests.support.imds_server import FakeEni, ImdsServer, metadata_tree
 from tests.support.lab import Lab, run_in_ns
 
@@ -64,9 +65,10 @@ class EniLab:
 
 
 @contextlib.contextmanager
-def eni_lab(tmp_path: Path, imds: Optional[ImdsServer] = None, extra: str = "") -> Iterator[EniLab]:
+def eni_lab(tmp_path: Path, imds: Optional[ImdsServer] = None,
+            extra: Optional[dict[str, Any]] = None) -> Iterator[EniLab]:
     """Namespace a holds eth0 (ENI0's MAC), the IMDS server and the daemon, which discovers its
-    interfaces from IMDS (no `interfaces` in the config)."""
+    interfaces from IMDS (no `interfaces` in the config); `extra` adds config keys (tables)."""
     require_root_tools("ip", "tc")
     imds = imds or ImdsServer(metadata_tree(enis=(ENI0,)))
     with Lab() as lab:
@@ -75,23 +77,9 @@ def eni_lab(tmp_path: Path, imds: Optional[ImdsServer] = None, extra: str = "") 
         lab.run(a, "ip", "link", "set", "eth0", "address", MAC0)
         run_in_ns(a, imds.start)
         try:
-            cfg = tmp_path / "burstwatch.toml"
-            cfg.write_text(f"""
-sample_interval = {SAMPLE}
-state_dir = "{tmp_path / 'state'}"
-[metrics]
-listen = "127.0.0.1:9786"
-[imds]
-endpoint = "{imds.url}"
-timeout = 0.5
-[instance]
-describe_api = false
-[responder]
-enabled = false
-[credits]
-shaping_source = "tc"
-{extra}
-""")
+            cfg = daemon_config(tmp_path, sample_interval=SAMPLE, interfaces=None,
+                                metrics={"listen": "127.0.0.1:9786"}, imds={"endpoint": imds.url, "timeout": 0.5},
+                                instance={"describe_api": False}, credits={"shaping_source": "tc"}, **(extra or {}))
             log = tmp_path / "agent.log"
             proc = lab.popen(a, sys.executable, "-m", "agent", "run", "--config", str(cfg), cwd=str(ROOT),
                              stdout=open(tmp_path / "stdout", "wb"), stderr=open(log, "wb"))

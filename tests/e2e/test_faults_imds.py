@@ -9,8 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.e2e.test_faults_eni import ENI0, ENI1, MAC1, SAMPLE, eni_lab, present
 from tests.support.imds_server import ImdsServer, metadata_tree
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 
 class FlappingImds(ImdsServer):

@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, free_port, scrape_metrics, wait_port, wait_until
+from tests.support.daemon_config import daemon_config
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]  # root, a private mount namespace (unshare -m)
 
 # Lab timings: sample_interval 0.25 s (EC2 default 1 s), [credits] save_interval 0.5 s (default 5 s),
 # CloudWatch period 1 s (default 60 s).
@@ -44,28 +47,10 @@ def test_daemon_rides_out_a_full_or_read_only_state_dir(moto: str, tmp_path: Pat
     state = tmp_path / "state"
     state.mkdir()
     port = free_port()
-    cfg = tmp_path / "burstwatch.toml"
-    cfg.write_text(f"""
-sample_interval = 0.25
-interfaces = ["lo"]
-state_dir = "{state}"
-[metrics]
-listen = "127.0.0.1:{port}"
-[imds]
-enabled = false
-[responder]
-enabled = false
-[instance]
-type = "m5.large"
-[credits]
-save_interval = 0.5
-[cloudwatch]
-enabled = true
-endpoint_url = "{moto}"
-region = "us-east-1"
-period = 1
-flush_interval = 1
-""")
+    cfg = daemon_config(tmp_path, sample_interval=0.25, state_dir=state, metrics={"listen": f"127.0.0.1:{port}"},
+                        instance={"type": "m5.large"}, credits={"save_interval": 0.5},
+                        cloudwatch={"enabled": True, "endpoint_url": moto, "region": "us-east-1", "period": 1,
+                                    "flush_interval": 1})
     log = tmp_path / "agent.log"
     script = SETUP[fault] + ' && exec "$@"'
     proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",

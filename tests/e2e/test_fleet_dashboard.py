@@ -12,11 +12,12 @@ import sys
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
 from tests.conftest import ROOT, require_root_tools
+from tests.support.daemon_config import daemon_config
 from tests.support.lab import Lab
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -31,34 +32,14 @@ ALL = ".*"
 BUDGET = 55.0  # seconds from the daemons' start to the last query
 
 
-def _config(tmp: Path, name: str, address: str, peer_ip: str, instance_type: str, bucket: str) -> Path:
-    cfg = tmp / f"{name}.toml"
-    cfg.write_text(f"""
-interfaces = ["eth0"]
-state_dir = "{tmp / name}"
-[metrics]
-listen = "{address}:{METRICS_PORT}"
-[imds]
-enabled = false
-[instance]
-type = "{instance_type}"
-describe_api = false
-[instance.bandwidth]
-baseline_gbps = 0.1
-peak_gbps = 0.2
-{bucket}
-[responder]
-listen = "0.0.0.0:5201"
-allow = ["10.96.0.0/24"]
-credit_floor = 0.0
-[probe]
-peers = ["{peer_ip}"]
-interval = 10.0
-duration = 1.0
-streams = 1
-credit_floor = 0.0
-""")
-    return cfg
+def _config(tmp: Path, name: str, address: str, peer_ip: str, instance_type: str, bucket: Optional[float]) -> Path:
+    """`bucket` None: no burst_bucket_gbit, the daemon's own bucket source."""
+    return daemon_config(
+        tmp, name, interfaces=["eth0"], state_dir=tmp / name, metrics={"listen": f"{address}:{METRICS_PORT}"},
+        instance={"type": instance_type, "describe_api": False,
+                  "bandwidth": {"baseline_gbps": 0.1, "peak_gbps": 0.2, "burst_bucket_gbit": bucket}},
+        responder={"listen": "0.0.0.0:5201", "allow": ["10.96.0.0/24"], "credit_floor": 0.0},
+        probe={"peers": [peer_ip], "interval": 10.0, "duration": 1.0, "streams": 1, "credit_floor": 0.0})
 
 
 def _substitute(expr: str) -> str:
@@ -107,8 +88,8 @@ def test_every_fleet_panel_returns_series(tmp_path: Path) -> None:
         started = time.monotonic()
         # Two types and two bucket sources, so the per-type table has rows told apart by `source`.
         for ns, name, addr, peer, itype, bucket in (
-                (a, "a", "10.96.0.1", "10.96.0.2", "lab.small", "burst_bucket_gbit = 50.0"),
-                (b, "b", "10.96.0.2", "10.96.0.1", "lab.large", "")):
+                (a, "a", "10.96.0.1", "10.96.0.2", "lab.small", 50.0),
+                (b, "b", "10.96.0.2", "10.96.0.1", "lab.large", None)):
             cfg = _config(tmp_path, name, addr, peer, itype, bucket)
             lab.popen(ns, sys.executable, "-m", "agent", "run", "--config", str(cfg), cwd=str(ROOT),
                       stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{name}.log", "wb"))

@@ -25,6 +25,7 @@ import pytest
 from agent.models.fleet import encode, learned_record, object_key
 from tests.conftest import MOTO_SERVER, require_root_tools
 from tests.support.credit_lab import ROOT, CreditLab, LabProfile, parse_metrics
+from tests.support.daemon_config import daemon_config, toml_text
 from tests.support.imds_server import ImdsServer, metadata_tree
 from tests.support.lab import run_in_ns
 
@@ -38,19 +39,10 @@ ENDPOINT = f"http://127.0.0.1:{MOTO_PORT}"
 ADOPTER_PORTS = (9787, 9788)
 
 
-def fleet_section(min_instances: int = 2) -> str:
+def fleet_table(min_instances: int = 2) -> dict[str, Any]:
     # Lab time scale: reads every second, no hold between publications (EC2 defaults: 3 h and a day).
-    return f"""
-[fleet]
-enabled = true
-bucket = "{BUCKET}"
-prefix = "{PREFIX}"
-region = "us-east-1"
-endpoint_url = "{ENDPOINT}"
-refresh_interval = 1.0
-publish_interval = 0.0
-min_instances = {min_instances}
-"""
+    return {"enabled": True, "bucket": BUCKET, "prefix": PREFIX, "region": "us-east-1", "endpoint_url": ENDPOINT,
+            "refresh_interval": 1.0, "publish_interval": 0.0, "min_instances": min_instances}
 
 
 def series(m: dict[str, float], name: str, **labels: str) -> Optional[float]:
@@ -107,29 +99,15 @@ def test_one_learns_and_publishes_through_an_outage_two_adopt_the_fleet_median(t
                          (f'[instance]\ntype = "{TYPE}"', f'[instance]\ntype = "{TYPE}"\ndescribe_api = false')):
             assert old in text, (old, text)
             text = text.replace(old, new)
-        cl.config.write_text(text + fleet_section())
+        cl.config.write_text(text + toml_text({"fleet": fleet_table()}))
         cl.start_agent()
         for n, port in enumerate(ADOPTER_PORTS, start=1):
-            cfg = tmp_path / f"adopter{n}.toml"
-            cfg.write_text(f"""
-sample_interval = {p.sample_interval}
-state_dir = "{tmp_path / f'adopter{n}'}"
-interfaces = ["lo"]
-[metrics]
-listen = "127.0.0.1:{port}"
-[imds]
-endpoint = "{imds[n].url}"
-timeout = 0.5
-[instance]
-describe_api = false
-[instance.bandwidth]
-baseline_gbps = {p.baseline_mbit / 1000}
-peak_gbps = {p.peak_mbit / 1000}
-[responder]
-enabled = false
-[credits]
-shaping_source = "none"
-""" + fleet_section())
+            cfg = daemon_config(
+                tmp_path, f"adopter{n}", sample_interval=p.sample_interval, state_dir=tmp_path / f"adopter{n}",
+                metrics={"listen": f"127.0.0.1:{port}"}, imds={"endpoint": imds[n].url, "timeout": 0.5},
+                instance={"describe_api": False,
+                          "bandwidth": {"baseline_gbps": p.baseline_mbit / 1000, "peak_gbps": p.peak_mbit / 1000}},
+                credits={"shaping_source": "none"}, fleet=fleet_table())
             adopters.append(cl.lab.popen(cl.inst, sys.executable, "-m", "agent", "run", "--config", str(cfg),
                                          cwd=str(ROOT), stdout=subprocess.DEVNULL,
                                          stderr=open(tmp_path / f"adopter{n}.log", "ab")))

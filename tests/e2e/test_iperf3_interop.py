@@ -17,7 +17,8 @@ import pytest
 from agent.iperf3.client import ProbeRequest, run_probe
 from agent.iperf3.report import summarize
 from tests.conftest import require_root_tools
-from tests.probes.iperf3_helpers import (
+from tests.iperf3.test_report import fixture, missing, shape
+from tests.support.iperf3 import (
     free_port,
     iperf3_bin,
     iperf3_json,
@@ -27,8 +28,9 @@ from tests.probes.iperf3_helpers import (
     responder,
     wait_until,
 )
-from tests.probes.test_iperf3_report import fixture, missing, shape
 from tests.support.lab import Lab
+
+pytestmark = pytest.mark.slow  # real iperf3 runs of 1-2 s each, about 25 of them
 
 ROOT = Path(__file__).resolve().parents[2]
 BIG = 2**50  # the default 10 GiB max_bytes is reached in ~2 s on loopback; these tests measure, not cap

@@ -18,13 +18,14 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import psutil
 import pytest
 
 from tests.conftest import ROOT, free_port
 from tests.support.credit_lab import parse_metrics
+from tests.support.daemon_config import daemon_config
 from tests.support.http_abuse import Slowloris, concurrent_scrapes
 from tests.support.tls import Pki, make_pki
 
@@ -40,23 +41,11 @@ LAUNCH = ("import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, 
 
 
 class Daemon:
-    def __init__(self, tmp: Path, metrics_extra: str = "", https: Optional[ssl.SSLContext] = None,
-                 auth: Optional[tuple[str, str]] = None) -> None:
+    def __init__(self, tmp: Path, metrics_extra: Optional[dict[str, Any]] = None,
+                 https: Optional[ssl.SSLContext] = None, auth: Optional[tuple[str, str]] = None) -> None:
         self.port = free_port()
-        cfg = tmp / "burstwatch.toml"
-        cfg.write_text(f"""
-sample_interval = 0.5
-state_dir = "{tmp / 'state'}"
-interfaces = ["lo"]
-[metrics]
-listen = "127.0.0.1:{self.port}"
-header_timeout = {HEADER_TIMEOUT}
-{metrics_extra}
-[imds]
-enabled = false
-[responder]
-enabled = false
-""")
+        metrics = {"listen": f"127.0.0.1:{self.port}", "header_timeout": HEADER_TIMEOUT, **(metrics_extra or {})}
+        cfg = daemon_config(tmp, sample_interval=0.5, metrics=metrics)
         self.https, self.auth = https, auth
         self.log = tmp / "agent.log"
         self.proc = subprocess.Popen([sys.executable, "-c", LAUNCH, str(NOFILE), str(cfg)], cwd=ROOT,
@@ -177,11 +166,8 @@ def test_prometheus_scrapes_the_daemon_over_tls_with_basic_auth(pki: Pki, tmp_pa
     if shutil.which("prometheus") is None:
         pytest.fail("prometheus is missing: `make test-deps` installs it (Debian: prometheus)")
     hashed = bcrypt.hashpw(b"scrape-me", bcrypt.gensalt(rounds=10)).decode()
-    extra = f"""tls_cert_file = "{pki.server_cert}"
-tls_key_file = "{pki.server_key}"
-[metrics.basic_auth_users]
-prometheus = "{hashed}"
-"""
+    extra = {"tls_cert_file": pki.server_cert, "tls_key_file": pki.server_key,
+             "basic_auth_users": {"prometheus": hashed}}
     ctx = ssl.create_default_context(cafile=str(pki.ca))
     d = Daemon(tmp_path, extra, https=ctx, auth=("prometheus", "scrape-me"))
     port = free_port()

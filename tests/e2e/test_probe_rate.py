@@ -20,7 +20,7 @@ from typing import Any, Optional
 import pytest
 
 from tests.conftest import require_root_tools
-from tests.probes.iperf3_helpers import wait_listening
+from tests.support.iperf3 import wait_listening
 from tests.support.lab import Lab, run_in_ns
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]

@@ -19,6 +19,7 @@ from agent.readers import aws
 from agent.writers.spool import Spool
 from tests.conftest import ROOT, _real_create_connection, require_root_tools, wait_until
 from tests.support.credit_lab import parse_metrics
+from tests.support.daemon_config import daemon_config
 from tests.support.lab import Lab, run_in_ns
 
 pytestmark = pytest.mark.netns
@@ -100,36 +101,15 @@ class NsForwarder:
 
 
 def _config(tmp: Path, s3_port: int) -> Path:
-    cfg = tmp / "burstwatch.toml"
     # Lab timings: [probe] interval 10 s (EC2 default 900 s; 10 s is the smallest allowed), duration 1 s
     # (default 5 s), one stream (default 4); the S3 retry pause stays at its default (2 s, doubling).
-    cfg.write_text(f"""
-interfaces = ["lo"]
-state_dir = "{tmp / 'state'}"
-[metrics]
-listen = "127.0.0.1:9786"
-[imds]
-enabled = false
-[responder]
-enabled = false
-[instance]
-type = "lab.archive"
-[instance.bandwidth]
-baseline_gbps = 0.05
-peak_gbps = 0.05
-[probe]
-peers = ["127.0.0.1:{IPERF_PORT}"]
-interval = 10.0
-duration = 1.0
-streams = 1
-credit_floor = 0.0
-[probe.archive]
-enabled = true
-bucket = "{BUCKET}"
-region = "us-east-1"
-endpoint_url = "http://127.0.0.1:{s3_port}"
-""")
-    return cfg
+    return daemon_config(
+        tmp, metrics={"listen": "127.0.0.1:9786"},
+        instance={"type": "lab.archive", "bandwidth": {"baseline_gbps": 0.05, "peak_gbps": 0.05}},
+        probe={"peers": [f"127.0.0.1:{IPERF_PORT}"], "interval": 10.0, "duration": 1.0, "streams": 1,
+               "credit_floor": 0.0,
+               "archive": {"enabled": True, "bucket": BUCKET, "region": "us-east-1",
+                           "endpoint_url": f"http://127.0.0.1:{s3_port}"}})
 
 
 def _records(spool: Path) -> list[Path]:
@@ -228,11 +208,11 @@ def test_spooled_documents_go_first_in_order_and_bounds_drop_the_oldest_everywhe
     down = FakeS3(fail=True)
     a = archive(down, backlog=3, objects=10)
     keys = [a.submit(_doc(1_700_000_000 + i)) for i in range(5)]   # memory holds 3: the 2 oldest dropped
-    assert a.stats().dropped == 2 and len(_records(tmp_path)) == 3
+    assert a.snapshot().dropped == 2 and len(_records(tmp_path)) == 3
     b = archive(down, backlog=10, objects=2)                        # the spool now holds 2: 1 more dropped
-    assert b.stats().backlog == 2 and len(_records(tmp_path)) == 2
+    assert b.snapshot().backlog == 2 and len(_records(tmp_path)) == 2
     b.submit(_doc(1_700_000_100))                                   # evicts the oldest, from memory too
-    assert b.stats().backlog == 2 and b.stats().dropped == 1
+    assert b.snapshot().backlog == 2 and b.snapshot().dropped == 1
 
     up = FakeS3(fail=False)
     c = archive(up)

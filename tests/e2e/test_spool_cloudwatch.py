@@ -14,11 +14,14 @@ from typing import Any, Iterator
 
 import pytest
 
-from agent.cloudwatch.publisher import decode_batch
+from agent.cloudwatch.backlog import decode_batch
 from agent.readers import aws
 from agent.writers.spool import Spool
 from tests.conftest import ROOT, free_port, scrape_metrics, wait_port, wait_until
+from tests.support.daemon_config import daemon_config
 from tests.support.throttle_proxy import ThrottleProxy
+
+pytestmark = pytest.mark.slow  # the real daemon and moto on loopback, ~30 s a case
 
 NS = "Burstwatch"
 # Lab timings, scaled down from the EC2 defaults so a test runs in ~30 s: sample_interval 0.25 s (default
@@ -28,27 +31,10 @@ PER_PERIOD = round(PERIOD / SAMPLE)
 
 
 def _config(tmp: Path, endpoint: str, port: int) -> Path:
-    cfg = tmp / "burstwatch.toml"
-    cfg.write_text(f"""
-sample_interval = {SAMPLE}
-interfaces = ["lo"]
-state_dir = "{tmp / 'state'}"
-[metrics]
-listen = "127.0.0.1:{port}"
-[imds]
-enabled = false
-[responder]
-enabled = false
-[instance]
-type = "m5.large"
-[cloudwatch]
-enabled = true
-endpoint_url = "{endpoint}"
-region = "us-east-1"
-period = {PERIOD}
-flush_interval = 1
-""")
-    return cfg
+    return daemon_config(tmp, sample_interval=SAMPLE, metrics={"listen": f"127.0.0.1:{port}"},
+                         instance={"type": "m5.large"},
+                         cloudwatch={"enabled": True, "endpoint_url": endpoint, "region": "us-east-1",
+                                     "period": PERIOD, "flush_interval": 1})
 
 
 def _start(cfg: Path, port: int, log: Path) -> subprocess.Popen:
@@ -191,7 +177,7 @@ def _publisher(spool_dir: Path, client: FlakyClient, **cfg: Any) -> Any:
 
 
 def _feed(pub: Any, periods: int) -> None:
-    from tests.exporters.test_cloudwatch import reading, snapshot
+    from tests.cloudwatch.test_publisher import reading, snapshot
 
     t0 = 1_800_000_000.0 - 60 * (periods + 1)
     for k in range(periods * 6):                  # 6 samples a period
@@ -212,7 +198,7 @@ def test_a_flush_sent_in_part_leaves_exactly_the_rest_in_the_spool(tmp_path: Pat
     pub._setup()
     _feed(pub, 3)
     pub._flush(1_800_000_000.0, final=False)
-    total = pub.stats()["backlog"] + 7
+    total = pub.snapshot().backlog + 7
     assert len(first.sent) == 1 and len(first.sent[0]) == 7 and total > 7
     files = sorted(tmp_path.glob("*.rec"))
     assert len(files) == 1                        # one flush, one record, rewritten without the 7 sent
@@ -224,7 +210,7 @@ def test_a_flush_sent_in_part_leaves_exactly_the_rest_in_the_spool(tmp_path: Pat
     sent = [_key(d) for batch in first.sent + second.sent for d in batch]
     assert len(sent) == total and len(set(sent)) == total, "a datum was lost or sent twice"
     assert not list(tmp_path.glob("*.rec"))
-    assert again.stats()["backlog"] == 0
+    assert again.snapshot().backlog == 0
 
 
 def test_the_spool_bound_drops_the_oldest_from_disk_and_memory_alike(tmp_path: Path) -> None:
@@ -234,11 +220,11 @@ def test_the_spool_bound_drops_the_oldest_from_disk_and_memory_alike(tmp_path: P
     for _ in range(4):                            # four flushes during an outage, two kept
         _feed(pub, 1)
         pub._flush(1_800_000_000.0 + 60 * len(sizes), final=False)
-        sizes.append(pub.stats()["backlog"])
+        sizes.append(pub.snapshot().backlog)
     assert len(list(tmp_path.glob("*.rec"))) == 2
     c = sizes[0]
-    st = pub.stats()
-    assert c > 0 and sizes == [c, 2 * c, 2 * c, 2 * c] and st["dropped"]["backlog_full"] == 2 * c
+    st = pub.snapshot()
+    assert c > 0 and sizes == [c, 2 * c, 2 * c, 2 * c] and st.dropped["backlog_full"] == 2 * c
     again = _publisher(tmp_path, FlakyClient(ok=0))
     again._setup()
-    assert again.stats()["backlog"] == st["backlog"]     # memory held what the disk held
+    assert again.snapshot().backlog == st.backlog     # memory held what the disk held

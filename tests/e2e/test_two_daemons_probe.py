@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import ROOT, require_root_tools
 from tests.support.credit_lab import parse_metrics
+from tests.support.daemon_config import daemon_config
 from tests.support.lab import Lab
 from tests.support.metrics_doc import undocumented
 
@@ -22,29 +23,11 @@ RATE_BIT = 200_000_000  # the shaper on each side
 
 
 def _config(tmp: Path, name: str, peer_ip: str, allow: str) -> Path:
-    cfg = tmp / f"{name}.toml"
-    cfg.write_text(f"""
-interfaces = ["eth0"]
-state_dir = "{tmp / name}"
-[metrics]
-listen = "127.0.0.1:9786"
-[imds]
-enabled = false
-[instance]
-type = "lab.pair"
-[instance.bandwidth]
-baseline_gbps = 0.2
-peak_gbps = 0.2
-[responder]
-listen = "0.0.0.0:5201"
-allow = ["{allow}"]
-[probe]
-peers = ["{peer_ip}"]
-interval = 10.0
-duration = 2.0
-streams = 2
-""")
-    return cfg
+    return daemon_config(
+        tmp, name, interfaces=["eth0"], state_dir=tmp / name, metrics={"listen": "127.0.0.1:9786"},
+        instance={"type": "lab.pair", "bandwidth": {"baseline_gbps": 0.2, "peak_gbps": 0.2}},
+        responder={"listen": "0.0.0.0:5201", "allow": [allow]},
+        probe={"peers": [peer_ip], "interval": 10.0, "duration": 2.0, "streams": 2})
 
 
 def test_two_daemons_probe_each_other(tmp_path: Path) -> None:

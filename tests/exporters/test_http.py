@@ -19,7 +19,9 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from agent.config import MetricsConfig
-from agent.exporters.http import HttpServer, Limits, Request, Response, parse_request
+from agent.exporters.http import HttpServer
+from agent.exporters.http_request import Limits, Request, parse_request
+from agent.exporters.http_response import Response
 from agent.exporters.prometheus import BuildInfoView, Exposition, MetricsServer, build_registry
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"

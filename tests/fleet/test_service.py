@@ -18,7 +18,7 @@ from agent.fleet.service import STATE_FILE, FleetService
 from agent.models.fleet import Consensus, encode, learned_record, object_key, type_prefix
 from agent.readers import aws
 from tests.conftest import free_port, wait_until
-from tests.exporters.test_s3_archive import Gate
+from tests.probes.test_archive import Gate
 
 REGION = "us-east-1"
 BUCKET = "fleet"
@@ -142,7 +142,7 @@ def test_publish_puts_one_object_at_the_documented_key_off_the_callers_thread(ha
     t0 = time.monotonic()
     svc.publish(records)
     assert time.monotonic() - t0 < 0.05
-    assert svc.flush(15.0), svc.stats()
+    assert svc.flush(15.0), svc.snapshot()
     got = objects(h.url)
     assert len(got) == 1
     (key, body), = got.items()
@@ -151,7 +151,7 @@ def test_publish_puts_one_object_at_the_documented_key_off_the_callers_thread(ha
     assert abs(int(m.group(1)) - time.time()) < 30
     assert body == encode(records)                                  # both directions in one object
     assert [json.loads(line)["direction"] for line in body.splitlines()] == ["in", "out"]
-    st = svc.stats()
+    st = svc.snapshot()
     assert (st.published, st.publish_failures, st.backlog, st.dropped) == (1, 0, 0, 0)
     assert st.requests["put"] == 1
     assert "MainThread" not in h.threads                            # S3 is only touched by the service's threads
@@ -185,7 +185,7 @@ def test_publish_rules_change_age_and_interval(harness: Any, tmp_path: Path) -> 
     svc2.publish([rec(bucket=1.31e11)])
     assert svc2.flush(10.0)
     time.sleep(0.3)
-    assert len(objects(h.url)) == 2 and svc2.stats().published == 0
+    assert len(objects(h.url)) == 2 and svc2.snapshot().published == 0
 
 
 def test_held_back_record_survives_a_restart(harness: Any, tmp_path: Path) -> None:
@@ -201,7 +201,7 @@ def test_held_back_record_survives_a_restart(harness: Any, tmp_path: Path) -> No
     h2 = harness(refresh_interval=3600.0, publish_interval=0.0)
     svc2 = h2.start()
     # The object is in S3 a moment before the uploader counts it: wait for both.
-    wait_until(lambda: len(objects(h.url)) == 2 and svc2.stats().published == 1, 10.0,
+    wait_until(lambda: len(objects(h.url)) == 2 and svc2.snapshot().published == 1, 10.0,
                "the held-back record published after the restart")
 
 
@@ -212,13 +212,13 @@ def test_s3_down_during_publication_then_back(harness: Any, bucket: str) -> None
         h = harness(refresh_interval=3600.0)
         svc = h.start(url=gate.url)
         svc.publish([rec()])
-        wait_until(lambda: svc.stats().publish_failures >= 2, 20.0, "failed uploads while S3 is down")
-        st = svc.stats()
+        wait_until(lambda: svc.snapshot().publish_failures >= 2, 20.0, "failed uploads while S3 is down")
+        st = svc.snapshot()
         assert st.published == 0 and st.backlog == 1 and objects(bucket) == {}
         assert gate.refused >= 2
         gate.up = True
-        assert svc.flush(20.0), svc.stats()
-        assert len(objects(bucket)) == 1 and svc.stats().published == 1
+        assert svc.flush(20.0), svc.snapshot()
+        assert len(objects(bucket)) == 1 and svc.snapshot().published == 1
     finally:
         gate.close()
 
@@ -229,13 +229,13 @@ def test_s3_down_across_a_restart_the_spool_delivers(harness: Any, bucket: str, 
     h = harness(refresh_interval=3600.0)
     svc = h.start(url=closed)
     svc.publish([rec(direction="in", bucket=2e11), rec(direction="out", bucket=3e11)])
-    wait_until(lambda: svc.stats().publish_failures >= 1, 20.0, "a failed upload")
+    wait_until(lambda: svc.snapshot().publish_failures >= 1, 20.0, "a failed upload")
     h.stop()
     spooled = list((tmp_path / "spool" / "fleet").glob("*.rec"))
     assert len(spooled) == 1
     h2 = harness(refresh_interval=3600.0)
     svc2 = h2.start()
-    assert svc2.flush(20.0), svc2.stats()
+    assert svc2.flush(20.0), svc2.snapshot()
     got = objects(bucket)
     assert len(got) == 1
     body = next(iter(got.values()))
@@ -260,8 +260,8 @@ def test_garbage_and_foreign_objects_are_ignored_and_counted(harness: Any, bucke
     peer(bucket, "i-c5", 1e9, itype="c5.large")          # another type's partition: never even listed
     h = harness(refresh_interval=3600.0)
     svc = h.start()
-    wait_until(lambda: svc.stats().refreshes >= 1, 15.0, "the first refresh")
-    st = svc.stats()
+    wait_until(lambda: svc.snapshot().refreshes >= 1, 15.0, "the first refresh")
+    st = svc.snapshot()
     assert st.rejected == {"garbage": 4, "foreign": 2}
     assert st.objects_read == 3 + 4                      # the huge one and the nested one were never fetched
     assert h.calls.get("get_object") == 7 and st.requests == {"list": 1, "get": 7, "put": 0}
@@ -277,8 +277,8 @@ def test_consensus_needs_min_instances_and_second_refresh_gets_only_new_keys(har
     peer(bucket, "i-002", 3.6e11, at=time.time() - DAY)       # the same instance again: counts once
     h = harness(refresh_interval=1.0)
     svc = h.start()
-    wait_until(lambda: svc.stats().refreshes >= 2, 15.0, "two refreshes")
-    assert h.adopted == [] and svc.stats().consensus is None
+    wait_until(lambda: svc.snapshot().refreshes >= 2, 15.0, "two refreshes")
+    assert h.adopted == [] and svc.snapshot().consensus is None
     gets = h.calls["get_object"]
     assert gets == 3                                          # the second refresh listed, fetched nothing
     peer(bucket, "i-003", 3.4e11)
@@ -286,8 +286,8 @@ def test_consensus_needs_min_instances_and_second_refresh_gets_only_new_keys(har
     c = h.adopted[-1]
     assert c is not None and c.instances == 3
     assert h.calls["get_object"] == gets + 1                 # only the new key
-    refreshes = svc.stats().refreshes
-    wait_until(lambda: svc.stats().refreshes >= refreshes + 1, 15.0, "another refresh")
+    refreshes = svc.snapshot().refreshes
+    wait_until(lambda: svc.snapshot().refreshes >= refreshes + 1, 15.0, "another refresh")
     assert h.calls["get_object"] == gets + 1 and len(h.adopted) == 1
     # The consensus goes away when the objects behind it do: on_consensus(None).
     client = s3(bucket)
@@ -295,7 +295,7 @@ def test_consensus_needs_min_instances_and_second_refresh_gets_only_new_keys(har
         if "i-003" in o["Key"]:
             client.delete_object(Bucket=BUCKET, Key=o["Key"])
     wait_until(lambda: h.adopted[-1] is None, 15.0, "consensus withdrawn")
-    assert svc.stats().consensus is None
+    assert svc.snapshot().consensus is None
 
 
 @pytest.mark.slow
@@ -304,8 +304,8 @@ def test_a_big_partition_is_sampled_in_one_bounded_window(harness: Any, bucket: 
         peer(bucket, f"i-{i:017x}", 3.4e11 + i * 1e9)
     h = harness(refresh_interval=1.0, max_objects=5, min_instances=5)
     svc = h.start(rng=random.Random(7))
-    wait_until(lambda: svc.stats().refreshes >= 3, 20.0, "three refreshes")
-    st = svc.stats()
+    wait_until(lambda: svc.snapshot().refreshes >= 3, 20.0, "three refreshes")
+    st = svc.snapshot()
     assert h.calls["get_object"] == 5                        # one window of 5 keys, fetched once
     # The first refresh found the partition bigger than a page (1 LIST) and moved to its random window;
     # each later refresh lists that window again (1 LIST, 2 when it wraps past the end).
@@ -327,7 +327,7 @@ def test_access_denied_is_counted_by_kind_and_logged_once(tmp_path: Path, caplog
                        state_dir=str(tmp_path), on_consensus=adopted.append, client_factory=Denied)
     caplog.set_level(logging.DEBUG, logger="agent.fleet")
     assert svc.refresh() is False and svc.refresh() is False
-    st = svc.stats()
+    st = svc.snapshot()
     assert st.refresh_errors == {"credentials": 2} and st.refreshes == 0 and adopted == []
     denied = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(denied) == 1

@@ -19,8 +19,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from agent.iperf3 import protocol as p
+from agent.iperf3.params import TestParams, parse_params
+from agent.iperf3.results import Results, StreamResult, parse_results
 
-CAPTURE = Path(__file__).resolve().parent.parent / "probes" / "fixtures" / "iperf3-3.12-control-messages.json"
+CAPTURE = Path(__file__).resolve().parent.parent / "iperf3" / "fixtures" / "iperf3-3.12-control-messages.json"
 MESSAGES: dict[str, Any] = json.loads(CAPTURE.read_text(encoding="utf-8"))
 PARAMS = [v for k, v in MESSAGES.items() if k.endswith("_params")]
 RESULTS = [v for k, v in MESSAGES.items() if k.endswith("_results")]
@@ -133,7 +135,7 @@ def test_decode_message_returns_an_object_or_raises_protocol_error(body: bytes) 
 @example({"tcp": True, "udp": True, "len": 2**63})
 def test_parse_params_returns_params_in_range_or_raises_protocol_error(obj: dict[str, Any]) -> None:
     try:
-        tp = p.parse_params(obj)
+        tp = parse_params(obj)
     except p.ProtocolError:
         return
     # What the responder relies on before its own caps (session._run, policy.check_caps).
@@ -153,7 +155,7 @@ def test_parse_params_returns_params_in_range_or_raises_protocol_error(obj: dict
                        "packets": None}]})
 def test_parse_results_returns_results_or_raises_protocol_error(obj: dict[str, Any]) -> None:
     try:
-        res = p.parse_results(obj)
+        res = parse_results(obj)
     except p.ProtocolError:
         return
     assert res.sender_has_retransmits in (-1, 0, 1)
@@ -170,7 +172,7 @@ def test_framing_returns_an_object_or_raises_protocol_error(body: bytes, chunks:
     size = len(body) + (7 if lie else 0)
     ctrl = control(struct.pack("!I", size) + body, chunks)
     try:
-        p.parse_params(ctrl.recv_message(5.0, p.MAX_PARAMS_MESSAGE))
+        parse_params(ctrl.recv_message(5.0, p.MAX_PARAMS_MESSAGE))
     except p.ProtocolError:
         return
     assert not lie
@@ -181,7 +183,7 @@ def test_any_stream_of_bytes_is_a_message_or_a_protocol_error(data: bytes, chunk
     ctrl = control(data, chunks)
     try:
         ctrl.recv_state(5.0)
-        p.parse_results(ctrl.recv_message(5.0, 1024 * 1024))
+        parse_results(ctrl.recv_message(5.0, 1024 * 1024))
     except p.ProtocolError:
         pass
 
@@ -198,7 +200,7 @@ def test_oversized_messages_are_refused_unread(size: int) -> None:
 
 u63 = st.integers(0, 2**63 - 1)
 test_params = st.builds(
-    p.TestParams, protocol=st.sampled_from(["tcp", "udp", "sctp"]), duration=st.integers(0, 86400),
+    TestParams, protocol=st.sampled_from(["tcp", "udp", "sctp"]), duration=st.integers(0, 86400),
     omit=st.integers(0, 600), num_streams=st.integers(1, 1 << 20), reverse=st.booleans(),
     bidirectional=st.booleans(), blksize=st.integers(0, 1 << 30), bytes=u63, blocks=u63, bandwidth=u63,
     fqrate=u63, window=st.integers(0, 1 << 31), mss=st.integers(0, 1 << 20), nodelay=st.booleans(),
@@ -208,24 +210,24 @@ test_params = st.builds(
 
 
 @given(test_params, st.lists(st.integers(1, 32), max_size=6))
-def test_params_round_trip_through_the_framing(tp: p.TestParams, chunks: list[int]) -> None:
-    got = p.parse_params(control(p.encode_message(tp.to_json()), chunks).recv_message(5.0, p.MAX_PARAMS_MESSAGE))
-    assert got == p.TestParams(**{**tp.__dict__, "client_version": tp.client_version or p.IPERF_PROTOCOL_VERSION})
+def test_params_round_trip_through_the_framing(tp: TestParams, chunks: list[int]) -> None:
+    got = parse_params(control(p.encode_message(tp.to_json()), chunks).recv_message(5.0, p.MAX_PARAMS_MESSAGE))
+    assert got == TestParams(**{**tp.__dict__, "client_version": tp.client_version or p.IPERF_PROTOCOL_VERSION})
 
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 stream_results = st.builds(
-    p.StreamResult, id=st.integers(0, 1 << 20), bytes=u63, retransmits=st.integers(-1, 2**63 - 1), jitter=finite,
+    StreamResult, id=st.integers(0, 1 << 20), bytes=u63, retransmits=st.integers(-1, 2**63 - 1), jitter=finite,
     errors=u63, packets=u63, start_time=finite, end_time=finite)
 results = st.builds(
-    p.Results, cpu_total=finite, cpu_user=finite, cpu_system=finite,
+    Results, cpu_total=finite, cpu_user=finite, cpu_system=finite,
     sender_has_retransmits=st.sampled_from([-1, 0, 1]), congestion_used=st.none() | st.text(min_size=1, max_size=16),
     streams=st.lists(stream_results, max_size=4).map(tuple), server_output_text=st.none() | st.text(max_size=40))
 
 
 @given(results)
-def test_results_round_trip(res: p.Results) -> None:
-    assert p.parse_results(p.decode_message(p.encode_message(res.to_json())[4:])) == res
+def test_results_round_trip(res: Results) -> None:
+    assert parse_results(p.decode_message(p.encode_message(res.to_json())[4:])) == res
 
 
 # -- issue 13 rows 4 and 5: inputs that once escaped the parser or flooded the log
@@ -243,7 +245,7 @@ def test_deeply_nested_params_through_the_framing_are_a_protocol_error() -> None
     body = NESTED[0]
     assert len(body) <= p.MAX_PARAMS_MESSAGE
     with pytest.raises(p.ProtocolError):
-        p.parse_params(control(struct.pack("!I", len(body)) + body).recv_message(5.0, p.MAX_PARAMS_MESSAGE))
+        parse_params(control(struct.pack("!I", len(body)) + body).recv_message(5.0, p.MAX_PARAMS_MESSAGE))
 
 
 HUGE = "1" + "0" * 400  # an integer beyond a float's range, valid JSON (and within Python's 4300 digits)
@@ -252,7 +254,7 @@ HUGE = "1" + "0" * 400  # an integer beyond a float's range, valid JSON (and wit
 @pytest.mark.parametrize("key", ["time", "num", "parallel", "TOS"])
 def test_params_with_a_huge_integer_are_a_protocol_error(key: str) -> None:
     with pytest.raises(p.ProtocolError):
-        p.parse_params(p.decode_message(f'{{"tcp": true, "{key}": {HUGE}}}'.encode()))
+        parse_params(p.decode_message(f'{{"tcp": true, "{key}": {HUGE}}}'.encode()))
 
 
 def results_with(top: dict[str, str], stream: dict[str, str]) -> bytes:
@@ -272,9 +274,9 @@ def results_with(top: dict[str, str], stream: dict[str, str]) -> bytes:
 ], ids=["cpu", "has_retransmits", "bytes", "retransmits", "jitter"])
 def test_results_with_a_huge_integer_are_a_protocol_error(top: dict[str, str], stream: dict[str, str]) -> None:
     body = results_with(top, stream)
-    assert p.parse_results(p.decode_message(results_with({}, {}))).streams[0].bytes == 5  # the base is valid
+    assert parse_results(p.decode_message(results_with({}, {}))).streams[0].bytes == 5  # the base is valid
     with pytest.raises(p.ProtocolError):
-        p.parse_results(p.decode_message(body))
+        parse_results(p.decode_message(body))
 
 
 # One bad value must not make a 60 KB log line: the responder logs str(ProtocolError) for every drop.
@@ -285,13 +287,13 @@ MAX_ERROR_TEXT = 512
                                  {"time": [[0] * 10_000]}], ids=["number", "congestion", "list"])
 def test_protocol_errors_quote_a_bounded_part_of_the_value(obj: dict[str, Any]) -> None:
     with pytest.raises(p.ProtocolError) as info:
-        p.parse_params(obj)
+        parse_params(obj)
     assert len(str(info.value)) <= MAX_ERROR_TEXT
 
 
 def test_responder_counts_deeply_nested_params_as_garbage() -> None:
     """The row as the issue found it, end to end on loopback: `[` x 60,000 as parameters."""
-    from tests.probes.iperf3_helpers import responder, wait_until
+    from tests.support.iperf3 import responder, wait_until
 
     with responder() as r:
         ctrl = p.Control(socket.create_connection(r.address), "fuzz")

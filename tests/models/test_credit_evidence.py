@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.models.credit_model import EXHAUSTION_CONFIRM_SAMPLES, NEAR_BASELINE_HIGH, NEAR_BASELINE_LOW, CreditEstimator
+from agent.models.credit_evidence import EXHAUSTION_CONFIRM_SAMPLES, NEAR_BASELINE_HIGH, NEAR_BASELINE_LOW
+from agent.models.credit_model import CreditEstimator
 from tests.models.credit_world import MBIT, Sample, Shaper, World, idle, microbursts, steady
 
 BASE, PEAK, BUCKET = 100 * MBIT, 300 * MBIT, 150e6
@@ -41,8 +42,8 @@ def old_rule_would_fire(samples: list[Sample]) -> bool:
 @pytest.mark.parametrize("model_bucket", [BUCKET, 2 * BUCKET])
 def test_near_baseline_microbursts_on_a_full_bucket_are_not_an_exhaustion(average: float,
                                                                           model_bucket: float) -> None:
-    """Issue 12: line-rate chunks averaging just under the baseline, shaped at the peak, for two bucket
-    times (24 s; the target is 12 s or longer)."""
+    """Line-rate chunks averaging just under the baseline, shaped at the peak, for two bucket times (24 s;
+    the target in docs/credits.md, "The traffic zoo", is 12 s or longer)."""
     w = world(model_bucket=model_bucket)
     samples = w.run(microbursts(average * BASE), 2 * BUCKET_TIME)
     assert old_rule_would_fire(samples)

@@ -37,6 +37,8 @@ def errors(weight: float, on: float, off: float, monkeypatch: pytest.MonkeyPatch
     """(share within max(1 s, 15 %), median signed error) of the trend forecasts from 3.5 s into an on/off
     drain to 1 s before empty, at lab scale with a 3-s window."""
     monkeypatch.setattr(cm, "EXCURSION_WEIGHT", weight)
+    # a fixed 3-s window: the excursion is measured on its own (the window rule lengthens it to 4 cycles)
+    monkeypatch.setattr(cm, "CYCLES_PER_WINDOW", 0.0)
     w = World(CreditEstimator(BASE, BUCKET, forecast_window=3.0), Shaper(BASE, PEAK, BUCKET))
     w.run(idle(), 4.0)
     start = w.t
@@ -73,6 +75,7 @@ def test_the_moments_median_cuts_the_late_wobble(monkeypatch: pytest.MonkeyPatch
     last third of a window's moments cuts that tail and brings every forecast within the target."""
     def run(fraction: float) -> tuple[float, float]:
         monkeypatch.setattr(cm, "MOMENT_SMOOTHING_FRACTION", fraction)
+        monkeypatch.setattr(cm, "CYCLES_PER_WINDOW", 0.0)     # a fixed window, as above
         w = World(CreditEstimator(BASE, BUCKET, forecast_window=3.0), Shaper(BASE, PEAK, BUCKET))
         w.run(idle(), 4.0)
         start = w.t

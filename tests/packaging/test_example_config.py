@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent import config as configmod
+from agent import config_loader
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "packaging" / "burstwatch.toml"
@@ -55,7 +56,7 @@ def test_every_key_is_documented_in_order_and_nothing_else() -> None:
 def test_shown_value_is_the_default(key: str, default: object) -> None:
     """Keys with a fixed default show it; keys whose default is worked out at run time (None) or empty
     show an example, and the comment above says what happens when unset."""
-    value = configmod.tomllib.loads(f"v = {documented()[key]}")["v"]
+    value = config_loader.tomllib.loads(f"v = {documented()[key]}")["v"]
     if default is None or (default in ([], {}) and value != default):
         prose = documented(with_comments=True)[key]
         assert re.search(r"\bdefault\b", prose, re.I), f"{key}: say what happens when it is unset: {prose!r}"
@@ -76,4 +77,4 @@ def test_check_config_accepts_it_as_shipped_and_fully_uncommented(tmp_path: Path
         assert out.returncode == 0, out.stderr
         assert f"{path}: ok" in out.stdout
     # Uncommented, every documented key is really set.
-    assert set(configmod.tomllib.loads(uncommented())) >= {"sample_interval", "metrics", "probe"}
+    assert set(config_loader.tomllib.loads(uncommented())) >= {"sample_interval", "metrics", "probe"}

@@ -28,7 +28,7 @@ from agent.probes.service import (
 from agent.readers import aws
 from agent.readers.imds import Eni, Identity
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "iperf3" / "fixtures"
 M5 = BandwidthProfile("m5.large", 0.75 * GBIT, 10 * GBIT, 337.5e9, "config", "config", "config")
 
 

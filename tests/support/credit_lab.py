@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from tests.support.daemon_config import daemon_config
 from tests.support.lab import Lab, run_in_ns
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,31 +213,17 @@ class CreditLab:
             self.trace = Trace(self.holder.pid)
             self.state_dir = state_dir or f"/tmp/{self.lab.prefix}-state"
             bucket = configured_bucket_mbit if configured_bucket_mbit is not None else profile.bucket_mbit
-            save = "" if save_interval is None else f"save_interval = {save_interval}\n"
-            self.config = Path(self.state_dir + ".toml")
-            self.config.write_text(f"""
-sample_interval = {profile.sample_interval}
-rate_window = {profile.rate_window}
-state_dir = "{self.state_dir}"
-interfaces = ["eth0"]
-[metrics]
-listen = "127.0.0.1:9786"
-[imds]
-enabled = false
-[responder]
-enabled = false
-[instance]
-type = "lab.shaper"
-[instance.bandwidth]
-baseline_gbps = {profile.baseline_mbit / 1000}
-peak_gbps = {profile.peak_mbit / 1000}
-burst_bucket_gbit = {bucket / 1000}
-[credits]
-shaping_source = "tc"
-tc_in_interface = "ifb0"
-{save}forecast_window = {profile.forecast_window}
-trust_configured_bucket = {str(trust_configured_bucket).lower()}
-""")
+            where = Path(self.state_dir)
+            # Tests edit this file as text: they find "[responder]\nenabled = false\n" and '[instance]\ntype = ...'.
+            self.config = daemon_config(
+                where.parent, where.name, sample_interval=profile.sample_interval, rate_window=profile.rate_window,
+                state_dir=self.state_dir, interfaces=["eth0"], metrics={"listen": "127.0.0.1:9786"},
+                instance={"type": "lab.shaper",
+                          "bandwidth": {"baseline_gbps": profile.baseline_mbit / 1000,
+                                        "peak_gbps": profile.peak_mbit / 1000, "burst_bucket_gbit": bucket / 1000}},
+                credits={"shaping_source": "tc", "tc_in_interface": "ifb0", "save_interval": save_interval,
+                         "forecast_window": profile.forecast_window,
+                         "trust_configured_bucket": trust_configured_bucket})
             self.agent: Optional[subprocess.Popen] = None
             self.out = Traffic(self.inst, self.peer, "10.77.0.2", 7001)
             self.inb = Traffic(self.peer, self.inst, "10.77.0.1", 7002)

@@ -8,7 +8,8 @@
 Behaviour follows AWS's IMDS (docs/ec2-network-facts.md, "Instance metadata"): PUT /latest/api/token needs
 X-aws-ec2-metadata-token-ttl-seconds in 1..21600 (else 400); reads need a live token when
 `require_token` (http-tokens=required; else 401); 403 everywhere when `disabled`; directory paths list
-their entries one per line, sub-directories with a trailing '/'.
+their entries one per line, sub-directories with a trailing '/'; `hop_limit` sets the token answer's IP hop
+limit (http-put-response-hop-limit), for a lab with a router between client and server.
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ class ImdsServer:
     token_hang: bool = False         # never answer the token PUT (hop limit 1 seen from a container)
     fail_next: int = 0               # answer the next N requests with HTTP 500
     reject_tokens: bool = False      # answer 401 to every read, however fresh its token
+    # IP hop limit of the token PUT's answer (IP_TTL / IPV6_UNICAST_HOPS on the accepted socket), as EC2's
+    # http-put-response-hop-limit: with 1, a client behind a router gets the handshake but never the token.
+    hop_limit: Optional[int] = None
 
     def __post_init__(self) -> None:
         self.requests: list[Request] = []
@@ -242,6 +246,11 @@ class ImdsServer:
                 with srv._lock:
                     srv.requests[slot] = srv.requests[slot]._replace(status=status)
                 data = body.encode()
+                if srv.hop_limit is not None and method == "PUT":
+                    # Set just before the answer is written, so only the token response carries it.
+                    v6 = self.connection.family == socket.AF_INET6
+                    self.connection.setsockopt(socket.IPPROTO_IPV6 if v6 else socket.IPPROTO_IP,
+                                               socket.IPV6_UNICAST_HOPS if v6 else socket.IP_TTL, srv.hop_limit)
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "text/plain")

@@ -36,7 +36,7 @@ def test_records_come_back_in_order_after_a_restart_and_ids_keep_rising(tmp_path
     assert s.replace(4, b"r4-rest")
     again = Spool(tmp_path / "q", "t", 100, 1 << 20)
     assert again.load() == [(1, b"r0"), (3, b"r2"), (4, b"r4-rest"), (5, b"r4")]
-    assert again.stats().replayed == 4
+    assert again.snapshot().replayed == 4
     assert again.append(b"new")[0] == 6                    # never reuses an id of an earlier run
 
 
@@ -45,7 +45,7 @@ def test_bounds_by_count_and_bytes_evict_the_oldest(tmp_path: Path) -> None:
     s.load()
     evicted = [s.append(b"x")[1] for _ in range(5)]
     assert evicted == [[], [], [], [1], [2]]
-    st = s.stats()
+    st = s.snapshot()
     assert st.records == 3 and st.dropped["full"] == 2
     assert sorted(os.listdir(tmp_path / "q")) == ["0000000000000003.rec", "0000000000000004.rec",
                                                   "0000000000000005.rec"]
@@ -56,9 +56,9 @@ def test_bounds_by_count_and_bytes_evict_the_oldest(tmp_path: Path) -> None:
     assert b.append(b"y" * 100) == (1, [])
     assert b.append(b"y" * 100) == (2, [])
     assert b.append(b"y" * 100) == (3, [1])
-    assert b.stats().bytes == 2 * size
+    assert b.snapshot().bytes == 2 * size
     assert b.append(b"z" * 10_000) == (None, [])            # larger than the whole spool: memory only
-    assert b.stats().dropped["full"] == 2
+    assert b.snapshot().dropped["full"] == 2
 
     # a smaller bound at the next start trims what an earlier run left
     c = Spool(tmp_path / "q", "t", 2, 1 << 20)
@@ -77,7 +77,7 @@ def test_stray_temp_files_and_damaged_records_are_removed_at_load(tmp_path: Path
     (d / "README").write_text("not ours")                   # left alone
     again = Spool(d, "t", 100, 1 << 20)
     assert again.load() == [(1, b"good")]
-    assert again.stats().dropped["corrupt"] == 1
+    assert again.snapshot().dropped["corrupt"] == 1
     assert sorted(os.listdir(d)) == ["0000000000000001.rec", "README"]
 
 

@@ -1,0 +1,172 @@
+"""The credit estimate and the rate it uses: the contract's names (docs/metrics.md, "Credits")."""
+
+from __future__ import annotations
+
+from agent.models.figures.schema import (
+    EXHAUSTION_CAP_SECONDS,
+    CloudWatchForm,
+    Figure,
+    StatusForm,
+    credit,
+    instance_rate,
+    instance_rate_or_credit,
+    shaping_increase,
+)
+
+CREDIT_MODEL_INFO = Figure(
+    "burstwatch_credit_model_info", "gauge", "credits",
+    "What the credit model is doing: estimating, never_exhausts (baseline = peak: no bucket) or unknown_profile; "
+    "how its state started (fresh, restored, new_boot).",
+    labels=("state", "start"),
+    doc="`state`: `estimating`, `never_exhausts` (baseline = peak: no bucket), `unknown_profile`; `start`: `fresh`, "
+        "`restored`, `new_boot`")
+CREDIT_REMAINING_BYTES = Figure(
+    "burstwatch_credit_remaining_bytes", "gauge", "credits",
+    "Estimated burst credit left in the bucket.",
+    labels=("direction",),
+    doc="estimated burst credit left in the bucket",
+    read=credit("remaining_bytes", bucket=True),
+    cloudwatch=(
+        CloudWatchForm("CreditRemainingBytes", "Bytes", "Minimum", "direction", False,
+                       "estimated burst credit left",
+                       credit("remaining_bytes")),
+    ),
+    status=(StatusForm("remaining_bytes"),))
+CREDIT_REMAINING_RATIO = Figure(
+    "burstwatch_credit_remaining_ratio", "gauge", "credits",
+    "Credit left as a fraction of the bucket (0..1).",
+    labels=("direction",),
+    doc="the same as a fraction of the bucket (0..1)",
+    read=credit("ratio", bucket=True),
+    cloudwatch=(
+        CloudWatchForm("CreditRemainingRatio", "None", "Minimum", "direction", True,
+                       "estimated burst credit left, as a fraction of the bucket (0..1)",
+                       credit("ratio")),
+    ),
+    status=(StatusForm("remaining_ratio"),))
+CREDIT_BUCKET_BYTES = Figure(
+    "burstwatch_credit_bucket_bytes", "gauge", "credits",
+    "Bucket size in use (configured, default or learned).",
+    labels=("direction",),
+    doc="the bucket size in use (configured, default or learned)",
+    read=credit("bucket_bytes", bucket=True),
+    cloudwatch=(
+        CloudWatchForm("CreditBucketBytes", "Bytes", "Maximum", "direction", False,
+                       "bucket size in use",
+                       credit("bucket_bytes")),
+    ),
+    status=(StatusForm("bucket_bytes"),))
+CREDIT_EXHAUSTION_SECONDS = Figure(
+    "burstwatch_credit_exhaustion_seconds", "gauge", "credits",
+    "Forecast seconds until the bucket is empty at the current rate; +Inf when not draining.",
+    labels=("direction",),
+    doc="forecast seconds until the bucket is empty at the current rate; `+Inf` when not draining",
+    read=credit("exhaustion_seconds"),
+    cloudwatch=(
+        CloudWatchForm("CreditExhaustionSeconds", "Seconds", "Minimum", "direction", True,
+                       "forecast seconds until the bucket is empty at the current rate; 31536000 (a year) stands for "
+                       "\"not draining\"",
+                       credit("exhaustion_seconds", cap=EXHAUSTION_CAP_SECONDS)),
+    ),
+    status=(StatusForm("exhaustion_seconds"),))
+CREDIT_REFILL_SECONDS = Figure(
+    "burstwatch_credit_refill_seconds", "gauge", "credits",
+    "Forecast seconds until the bucket is full at the current rate; +Inf when not refilling.",
+    labels=("direction",),
+    doc="forecast seconds until the bucket is full at the current rate; `+Inf` when not refilling, 0 when full",
+    read=credit("refill_seconds", bucket=True),
+    cloudwatch=(
+        CloudWatchForm("CreditRefillSeconds", "Seconds", "Minimum", "direction", False,
+                       "seconds until the bucket is full at the current rate; capped like the exhaustion forecast",
+                       credit("refill_seconds", cap=EXHAUSTION_CAP_SECONDS)),
+    ),
+    status=(StatusForm("refill_seconds"),))
+CREDIT_SHAPED = Figure(
+    "burstwatch_credit_shaped", "gauge", "credits",
+    "1 when the shaping signal rose during the last sample.",
+    labels=("direction",),
+    doc="1 when the shaping signal rose during the last sample (also at the peak)",
+    read=credit("shaped"),
+    cloudwatch=(
+        CloudWatchForm("Shaped", "None", "Maximum", "direction", False,
+                       "1 when the shaping counter rose, else 0",
+                       credit("shaped")),
+    ))
+CREDIT_EXHAUSTED = Figure(
+    "burstwatch_credit_exhausted", "gauge", "credits",
+    "1 while the shaper holds traffic at the baseline (bucket empty, confirmed by the shaping signal).",
+    labels=("direction",),
+    doc="1 while the shaper holds traffic at the baseline (empty bucket, confirmed by the shaping signal and by a "
+        "history that could have spent the bucket: [credits.md](credits.md#exhaustion-needs-evidence))",
+    read=credit("exhausted", bucket=True),
+    cloudwatch=(
+        CloudWatchForm("CreditExhausted", "None", "Maximum", "direction", False,
+                       "1 while the shaper holds the rate at the baseline (bucket empty), else 0",
+                       credit("exhausted")),
+    ),
+    status=(StatusForm("exhausted", "flag"),))
+CREDIT_EXHAUSTION_TREND_SECONDS = Figure(
+    "burstwatch_credit_exhaustion_trend_seconds", "gauge", "credits",
+    "Forecast seconds until the bucket is empty at the net spend rate over the last forecast_window (bursts and "
+    "pauses together); +Inf when not draining.",
+    labels=("direction",),
+    doc="forecast seconds until the bucket is empty at the net spend rate over the last `[credits] forecast_window` "
+        "(default 60 s), bursts and pauses together; `+Inf` when not draining, 0 while exhausted "
+        "([credits.md](credits.md#two-forecasts))",
+    read=credit("exhaustion_trend_seconds"),
+    cloudwatch=(
+        CloudWatchForm("CreditExhaustionTrendSeconds", "Seconds", "Minimum", "direction", True,
+                       "the same at the net spend rate over `[credits] forecast_window` (default 60 s: bursts and "
+                       "pauses together, [credits.md](credits.md#two-forecasts)); capped the same way",
+                       credit("exhaustion_trend_seconds", cap=EXHAUSTION_CAP_SECONDS)),
+    ),
+    status=(StatusForm("exhaustion_trend_seconds"),))
+CREDIT_REFILL_TREND_SECONDS = Figure(
+    "burstwatch_credit_refill_trend_seconds", "gauge", "credits",
+    "Forecast seconds until the bucket is full at the net rate over the last forecast_window; +Inf when not "
+    "refilling.",
+    labels=("direction",),
+    doc="forecast seconds until the bucket is full at the net rate over the last `forecast_window`; `+Inf` when not "
+        "refilling, 0 when full",
+    read=credit("refill_trend_seconds", bucket=True),
+    status=(StatusForm("refill_trend_seconds"),))
+CREDIT_BUCKET_LEARNED_TOTAL = Figure(
+    "burstwatch_credit_bucket_learned_total", "counter", "credits",
+    "Times the bucket size was corrected from observed shaping.",
+    labels=("direction",),
+    doc="times the bucket size was corrected from observed shaping",
+    read=credit("learned_count", bucket=True))
+CREDIT_BUCKET_INFO = Figure(
+    "burstwatch_credit_bucket_info", "gauge", "credits",
+    "Where the bucket size in use came from and how it was last learned.",
+    labels=("direction", "source", "method"),
+    doc="where the bucket in use came from (`config`, `learned`, `default`) and how it was last learned (`none`, "
+        "`exhaustion`, `unshaped_overrun`)",
+    status=(StatusForm("bucket_source", "source"),))
+SHAPING_PACKETS_TOTAL = Figure(
+    "burstwatch_shaping_packets_total", "counter", "credits",
+    "Packets the shaper queued or dropped (ENA bw_*_allowance_exceeded summed over interfaces, or tc overlimits), "
+    "accounted across counter resets.",
+    labels=("direction", "source"),
+    doc="packets the shaper queued or dropped: ENA `bw_{in,out}_allowance_exceeded` summed over interfaces "
+        "(`source=\"ethtool\"`) or tc overlimits (`source=\"tc\"`), accounted across resets",
+    cloudwatch=(
+        CloudWatchForm("ShapingEvents", "Count", "Sum", "direction", True,
+                       "increase of the shaping counter during the period: ENA's `bw_in/bw_out_allowance_exceeded` "
+                       "(packets queued or dropped by the shaper) or the tc qdisc's overlimits; a driver reset is "
+                       "counted from zero, never as a negative",
+                       shaping_increase),
+    ),
+    status=(StatusForm("shaping_packets_total", "sum"),))
+THROUGHPUT_BYTES_PER_SECOND = Figure(
+    "burstwatch_throughput_bytes_per_second", "gauge", "credits",
+    "Instance rate (all monitored interfaces) over the rate window: the rate the credit estimate uses.",
+    labels=("direction",),
+    doc="the measured rate the estimate uses (all monitored interfaces, over `rate_window`)",
+    read=instance_rate,
+    cloudwatch=(
+        CloudWatchForm("ThroughputBytesPerSecond", "Bytes/Second", "Average", "direction", True,
+                       "measured instance throughput, all monitored interfaces",
+                       instance_rate_or_credit),
+    ),
+    status=(StatusForm("rate_bytes_per_second"),))

@@ -1,0 +1,226 @@
+"""What an entry of the figure table is (Figure and its CloudWatch and status forms) and how figures are read
+from a sample: pure functions over duck-typed readings (the Protocols), so the table imports nothing above
+agent/models."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+
+# Every family's prefix (the one namespace of the conventions; tests/models/test_figures.py holds it).
+NAMESPACE = "burstwatch"
+
+# "Not draining" (+Inf) cannot be sent ("special values ... +Infinity ... are not supported",
+# API_PutMetricData); a year stands for "never" and longer forecasts are clipped to it, so Minimum and
+# alarms below it stay meaningful.
+EXHAUSTION_CAP_SECONDS = 365 * 86400.0
+
+
+class CreditLike(Protocol):
+    """One direction's credit figures (agent/models/credit_model.py CreditReading)."""
+
+    @property
+    def rate_bytes_per_second(self) -> float: ...
+
+    @property
+    def remaining_bytes(self) -> Optional[float]: ...
+
+    @property
+    def bucket_bytes(self) -> Optional[float]: ...
+
+    @property
+    def ratio(self) -> Optional[float]: ...
+
+    @property
+    def exhaustion_seconds(self) -> float: ...
+
+    @property
+    def refill_seconds(self) -> float: ...
+
+    @property
+    def shaped(self) -> bool: ...
+
+    @property
+    def exhausted(self) -> bool: ...
+
+    @property
+    def learned_count(self) -> int: ...
+
+    @property
+    def exhaustion_trend_seconds(self) -> float: ...
+
+    @property
+    def refill_trend_seconds(self) -> float: ...
+
+
+
+class ShapingLike(Protocol):
+    """One sample's shaping signal (agent/models/shaping.py ShapingReading)."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def increase(self) -> Mapping[str, int]: ...
+
+    @property
+    def total(self) -> Mapping[str, int]: ...
+
+
+class SnapshotLike(Protocol):
+    """What the per-direction readers take from a sample (agent/sampling/pipeline.py Snapshot)."""
+
+    @property
+    def instance_rates(self) -> Optional[Mapping[str, float]]: ...
+
+    @property
+    def shaping(self) -> Optional[ShapingLike]: ...
+
+    @property
+    def credits(self) -> Optional[Mapping[str, CreditLike]]: ...
+
+
+class ProbeResultLike(Protocol):
+    """What CloudWatch reads from a peer's latest probe result (agent/probes/service.py ProbeResult).
+
+    The rate is `bits_per_second`, or else `throughput_bytes_per_second`; a result with a `timestamp` (Unix
+    time the probe ran) is published once, in the period it ran, and one without is published as the
+    latest value at every flush."""
+
+    @property
+    def peer(self) -> str: ...
+
+    @property
+    def direction(self) -> str: ...     # in | out
+
+    @property
+    def success(self) -> bool: ...
+
+
+# (snapshot, direction) -> the value, or None when the sample has none for that direction
+DirectionReader = Callable[[SnapshotLike, str], Optional[float]]
+
+
+@dataclass(frozen=True)
+class CloudWatchForm:
+    """How a figure is published to CloudWatch. `per` sets the dimensions beyond the instance's and what
+    `read` takes: "direction" (Direction; read(snapshot, direction), in the sampler thread), "instance"
+    (none; read(statuses of the latest check verdicts)), "peer" (Peer and Direction; read(probe result)),
+    both once per flush in the publisher's thread. `default`: published unless left out; the others need
+    [cloudwatch] include."""
+
+    name: str
+    unit: str
+    statistic: str
+    per: str
+    default: bool
+    doc: str
+    read: Callable[..., Optional[float]]
+
+
+@dataclass(frozen=True)
+class StatusForm:
+    """The figure's field in each direction of `burstwatch status --json` ("directions"), and what of its
+    samples it takes: "value", "source" (the sample's `source` label), "flag" (value == 1) or "sum" (over
+    the direction's series)."""
+
+    key: str
+    pick: str = "value"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One family on /metrics. `section` is its table in docs/metrics.md; `doc` the meaning printed there.
+    `read` is set for the figures a view renders per direction from the snapshot."""
+
+    name: str
+    type: str                           # gauge | counter | info
+    section: str
+    help: str
+    labels: tuple[str, ...] = ()
+    doc: str = ""
+    read: Optional[DirectionReader] = None
+    cloudwatch: tuple[CloudWatchForm, ...] = ()
+    status: tuple[StatusForm, ...] = ()
+
+    @property
+    def family(self) -> str:
+        """The name prometheus_client's family takes: it adds `_total` to counters and `_info` to info."""
+        suffix = {"counter": "_total", "info": "_info"}.get(self.type, "")
+        return self.name[:-len(suffix)] if suffix else self.name
+
+    @property
+    def unit(self) -> str:
+        """The base unit the name ends in (the naming convention: the name says its unit), "" for none."""
+        for unit in ("bytes_per_second", "seconds", "bytes", "ratio", "entries", "datapoints", "objects"):
+            if self.family.endswith("_" + unit):
+                return unit
+        return ""
+
+
+# -- how figures are read from a sample ---------------------------------------------------------------------
+
+def _reading(snap: SnapshotLike, direction: str) -> Optional[CreditLike]:
+    return (snap.credits or {}).get(direction)
+
+
+def credit(field: str, *, bucket: bool = False, cap: Optional[float] = None) -> DirectionReader:
+    """The direction's CreditReading `field` as a float (a bool as 0/1); None when the sample has no reading
+    for the direction or, with `bucket`, when the size has no bucket (never exhausts, or no profile).
+    `cap` clips the value (CloudWatch takes no +Inf)."""
+
+    def read(snap: SnapshotLike, direction: str) -> Optional[float]:
+        r = _reading(snap, direction)
+        if r is None or (bucket and (r.bucket_bytes is None or r.remaining_bytes is None)):
+            return None
+        value = getattr(r, field)
+        if value is None:
+            return math.nan if bucket else None
+        value = float(value)
+        return min(value, cap) if cap is not None else value
+    return read
+
+
+def instance_rate(snap: SnapshotLike, direction: str) -> Optional[float]:
+    """The instance rate (all monitored interfaces) over the rate window; None before there is one."""
+    rates = snap.instance_rates
+    return rates[direction] if rates is not None and direction in rates else None
+
+
+def instance_rate_or_credit(snap: SnapshotLike, direction: str) -> Optional[float]:
+    """The instance rate, else the rate the credit reading used."""
+    rate = instance_rate(snap, direction)
+    if rate is None:
+        r = _reading(snap, direction)
+        rate = r.rate_bytes_per_second if r is not None else None
+    return rate
+
+
+def shaping_increase(snap: SnapshotLike, direction: str) -> Optional[float]:
+    """This sample's increase of the shaping counter (none on its first reading, which sets the baseline)."""
+    if snap.shaping is None or direction not in snap.shaping.increase:
+        return None
+    return float(snap.shaping.increase[direction])
+
+
+def count_status(status: str) -> Callable[[Sequence[str]], float]:
+    """How many of the latest check verdicts have this status."""
+    return lambda statuses: float(list(statuses).count(status))
+
+
+def probe_bits_per_second(r: Any) -> float:
+    """The probe's throughput in bit/s; 0 for a failed probe (a failure is a value, not a gap).
+
+    The rate is `bits_per_second`, or else `throughput_bytes_per_second` (None when unknown)."""
+    if not r.success:
+        return 0.0
+    bps = getattr(r, "bits_per_second", None)
+    if bps is None:
+        nbytes = getattr(r, "throughput_bytes_per_second", None)
+        bps = nbytes * 8.0 if nbytes is not None else 0.0
+    return float(bps)
+
+
+def probe_success(r: ProbeResultLike) -> float:
+    return 1.0 if r.success else 0.0
