@@ -48,21 +48,18 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    import json
+    from agent.commands.status import cmd_status as run
 
-    from agent.exporters.status import build_status, json_safe, render_text
-    from agent.readers.daemon_metrics import metrics_url, parse_metrics, read_metrics
+    return run(args)
 
-    url = args.url or metrics_url(configmod.load(args.config).metrics.listen)
+
+def _check_names(text: str) -> str:
+    from agent.checks import parse_names
+
     try:
-        text = read_metrics(url)
-    except OSError as exc:
-        print(f"burstwatch status: the daemon does not answer at {url}: {exc}\n"
-              "  is it running? `systemctl status burstwatch`", file=sys.stderr)
-        return EXIT_WARN
-    doc = build_status(parse_metrics(text))
-    print(json.dumps(json_safe(doc), indent=2, allow_nan=False) if args.json else render_text(doc))
-    return EXIT_OK
+        return ",".join(parse_names(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,10 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("check", cmd_check, "verify the ENA driver, queues, rings, MTU, path MTU and IMDS; exit 0 ok, "
              "1 warnings, 2 failures")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
-    sp.add_argument("--quick", action="store_true", help="skip the slow checks (path MTU probes)")
+    sp.add_argument("--quick", action="store_true", help="skip the checks the daemon runs less often than every "
+                    "5 minutes (path MTU probes, S3 access)")
+    sp.add_argument("--checks", metavar="NAME[,NAME...]", type=_check_names, default=None,
+                    help="run only these checks (default: all)")
     sp = add("status", cmd_status, "show the running daemon's view of credits, checks and probes")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
-    sp.add_argument("--url", default=None, help="the daemon's /metrics URL (default: from metrics.listen)")
+    sp.add_argument("--url", default=None, help="the daemon's /metrics URL, over plain HTTP (default: the local "
+                    "socket metrics.socket, then metrics.listen)")
     from agent.commands.probe import add_probe_arguments, add_responder_arguments, cmd_probe, cmd_responder
 
     sp = add("probe", cmd_probe, "run one iperf3-compatible throughput probe", config=False)

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
+from agent.config_allowances import AllowancesConfig
 from agent.config_checks import (
     Validator,
     check_abs_path,
+    check_aggregation_dimensions,
     check_bcrypt_users,
     check_cidrs,
     check_client_auth_type,
@@ -19,6 +21,7 @@ from agent.config_checks import (
     check_hostport,
     check_log_level,
     check_peers,
+    check_per_instance,
     check_shaping,
     check_tag,
     check_tls_version,
@@ -33,6 +36,10 @@ DEFAULT_STATE_DIR = "/var/lib/burstwatch"
 DEFAULT_METRICS_PORT = 9786
 # iperf3's own default port, so a stock `iperf3 -c HOST` reaches the responder.
 DEFAULT_RESPONDER_PORT = 5201
+# [cloudwatch] flush_interval's default at standard resolution (see the key).
+DEFAULT_FLUSH_INTERVAL = 900.0
+DEFAULT_METRICS_SOCKET = "/run/burstwatch/metrics.sock"   # in the unit's RuntimeDirectory=burstwatch
+
 
 
 def _opt(default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
@@ -50,6 +57,12 @@ def _opt(default: Any, doc: str, *, lo: float | None = None, hi: float | None = 
 class MetricsConfig:
     listen: str = _opt(f"0.0.0.0:{DEFAULT_METRICS_PORT}", "host:port of the /metrics endpoint",
                        check=check_hostport, restart=True)
+    # The file mode is the access control (docs/security.md); sun_path holds 107 bytes and a NUL (unix(7)).
+    socket: str = _opt(DEFAULT_METRICS_SOCKET, "local Unix socket serving /metrics without TLS or basic auth, for "
+                       "`burstwatch status`; mode 0660 (\"\": none). The default's directory comes from "
+                       "systemd's RuntimeDirectory= (without it, no socket); another path's is made 0750",
+                       check=lambda v: f"{v!r} is longer than the 107 bytes of a Unix socket path"
+                       if len(v.encode()) > 107 else None, restart=True)
     ethtool_include: list[str] = _opt(None, "extra ethtool statistic names to export "
                                       "(beyond the ENA allowance and ENA Express ones)", factory=list)
     header_timeout: float = _opt(10.0, "seconds a client has to finish the TLS handshake and send its request "
@@ -143,10 +156,12 @@ class CreditsConfig:
     save_interval: float = _opt(5.0, "longest seconds between state saves; the state is also saved whenever the "
                                 "estimate has moved by 1 % of the bucket since the last save (at most once per "
                                 "sample)", lo=0.5, hi=3600.0)
-    # 60 s: a fifth of the shortest EC2 drain measured, several cycles of bursty traffic
-    # (docs/credits.md, "forecast_window default: 60 s"; DEFAULT_FORECAST_WINDOW in the credit model).
-    forecast_window: float = _opt(60.0, "seconds of history the trend forecast "
-                                  "(burstwatch_credit_exhaustion_trend_seconds) fits the net spend rate to",
+    # 60 s: a fifth of the shortest EC2 drain measured; bursty traffic gets four of its own cycles, up to the
+    # drain's age (docs/credits.md, "forecast_window default: 60 s", "The window rule").
+    forecast_window: float = _opt(60.0, "the shortest window (seconds) the trend forecast "
+                                  "(burstwatch_credit_exhaustion_trend_seconds) fits the net spend rate over: "
+                                  "steady traffic's; bursty traffic's is four of its own cycles, at most the "
+                                  "drain's age and 60 times this (docs/credits.md, \"The window rule\")",
                                   lo=0.5, hi=3600.0)
 
 
@@ -158,10 +173,26 @@ class CloudWatchConfig:
     region: Optional[str] = _opt(None, "AWS region (default: from IMDS)")
     endpoint_url: Optional[str] = _opt(None, "CloudWatch endpoint (default: AWS)", check=check_url)
     period: int = _opt(60, "aggregation period, seconds (below 60 = high resolution)", lo=1, hi=3600)
-    flush_interval: Optional[float] = _opt(None, "seconds between PutMetricData rounds (default: max(period, 10))",
-                                           lo=1.0, hi=3600.0)
+    # 900 s: at 100,000 instances the steady calls take 111/s of PutMetricData's 500 TPS per account and
+    # Region, leaving room for the alarm flushes (docs/cloudwatch.md, "Requests at fleet scale").
+    flush_interval: Optional[float] = _opt(None, "seconds between PutMetricData calls in steady state, each "
+                                           "instance at its own phase (default: 900 at period >= 60, else "
+                                           "max(period, 10)); a period in which an alarm's condition holds on "
+                                           "this instance, or stops holding, is sent at once", lo=1.0, hi=3600.0)
     include: list[str] = _opt(None, "metric names to publish beyond the default set", factory=list)
     dimensions: dict[str, str] = _opt(None, "extra dimensions added to every datum", factory=dict)
+    aggregation_dimensions: Optional[list[list[str]]] = _opt(
+        None, "dimension sets of the metrics every instance publishes to, without InstanceId, as the CloudWatch "
+        "agent's: e.g. [[\"AutoScalingGroupName\"], [\"InstanceType\"]]; [[]] is one set for the whole "
+        "namespace, [] none (default: the Auto Scaling group when the instance has one, else the instance type)",
+        check=check_aggregation_dimensions)
+    # 600 s: a person's time to act (docs/alerting.md, "Tuning"); the lab runs at its own time scale.
+    alarm_horizon: float = _opt(600.0, "seconds: the credit-exhaustion alarms fire when the sooner forecast is "
+                                "under this, and an instance counts as draining", lo=1.0, hi=86400.0)
+    per_instance: str = _opt("when_draining", "metrics with the InstanceId dimension: always, when_draining (only "
+                             "in the clock hours in which an alarm's condition holds on this instance: credits "
+                             "running out within the alarm horizon, low, or shaped) or never",
+                             check=check_per_instance)
     backlog: int = _opt(10000, "datapoints kept while CloudWatch is unreachable", lo=0, hi=1_000_000)
     spool: bool = _opt(True, "keep the backlog on disk too (state_dir/spool/cloudwatch), so a restart or a "
                        "crash during an outage loses nothing (replayed in order at start)")
@@ -169,6 +200,19 @@ class CloudWatchConfig:
                                   "periods); the oldest go first", lo=1, hi=1_000_000)
     spool_max_bytes: int = _opt(16 * 2**20, "most bytes the spool keeps on disk; the oldest go first",
                                 lo=4096, hi=2**34)
+
+    @property
+    def steady_flush_interval(self) -> float:
+        """Seconds between steady-state flushes: the key, else 900 s at standard resolution, else
+        max(period, 10) (high resolution is asked for to see data soon)."""
+        if self.flush_interval is not None:
+            return float(self.flush_interval)
+        return DEFAULT_FLUSH_INTERVAL if self.period >= 60 else max(float(self.period), 10.0)
+
+
+def _bytes_or_auto(value: Union[int, str]) -> Optional[str]:
+    """A budget is a number of bytes or "auto" (sized to this instance)."""
+    return None if isinstance(value, int) or value == "auto" else f"{value!r} is neither bytes nor 'auto'"
 
 
 @dataclass(frozen=True)
@@ -191,12 +235,23 @@ class ResponderConfig:
     credit_floor: float = _opt(0.5, "refuse a test (as busy) when a bucket it would drain (-R: out, --bidir: "
                                "both, else in) holds less than this fraction, or would after the test's expected bytes "
                                "(the rule and default of [probe] credit_floor)", lo=0.0, hi=1.0)
-    hourly_budget_bytes: int = _opt(10 * 10**9, "most bytes served per direction in any sliding hour, all "
-                                    "sources together; past it tests are refused as busy (0: serve none). "
-                                    "The default is 0.9 % of the hourly refill of the catalogue's median "
-                                    "burstable size (docs/probes.md)", lo=0, hi=2**50)
-    hourly_budget_per_source_bytes: int = _opt(5 * 10**9, "the same budget for each source address", lo=0,
-                                               hi=2**50)
+    # "auto" sizes the budget to this instance (agent/models/serving_budget.py): a share of its own hourly
+    # refill, so it follows the profile (a reload, the fleet's consensus) and a large size is not held to a
+    # small one's figure (docs/probes.md, "Credit guard").
+    hourly_budget_bytes: Union[int, str] = _opt("auto", "most bytes served per direction in any sliding hour, "
+                                                "all sources together; past it tests are refused as busy (0: "
+                                                "serve none). auto: hourly_budget_share of this size's hourly "
+                                                "refill, baseline x 3600 s (docs/probes.md)", lo=0, hi=2**50,
+                                                check=_bytes_or_auto)
+    hourly_budget_per_source_bytes: Union[int, str] = _opt("auto", "the same budget for each source address "
+                                                           "(auto: 3/4 of the total budget in force)", lo=0,
+                                                           hi=2**50, check=_bytes_or_auto)
+    # Half of the 2 % cost line of docs/probe-scheduling.md ("What probes cost"): own probes and served
+    # tests together stay on it (agent.models.probe_cost.COST_LINE; tests/models/test_serving_budget.py
+    # holds the two together).
+    hourly_budget_share: float = _opt(0.01, "the share of this size's hourly refill per direction the auto "
+                                      "budget serves (on a size without a burst bucket: of what its link moves "
+                                      "in an hour, a fairness limit)", lo=0.0, hi=1.0)
 
 
 @dataclass(frozen=True)
@@ -238,10 +293,23 @@ class ProbeConfig:
     directions: list[str] = _opt(None, "directions probed per peer: out (we send), in (the peer sends, "
                                  "iperf3 -R)", factory=lambda: ["out", "in"], check=check_directions)
     discover_tag: Optional[str] = _opt(None, "EC2 tag KEY or KEY=VALUE: running instances carrying it in this "
-                                       "VPC are probed too (needs ec2:DescribeInstances)", check=check_tag,
-                                       restart=True)
-    # Instances come and go on the scale of minutes, and each discovery is one DescribeInstances call per agent.
-    discover_interval: float = _opt(300.0, "seconds between peer discoveries", lo=30.0, hi=86400.0, restart=True)
+                                       "VPC and Availability Zone are probed too (needs ec2:DescribeInstances; "
+                                       "one page of 1,000: up to ~7,000 instances per account and Region)",
+                                       check=check_tag, restart=True)
+    # The fleet's S3 bucket as a registry: no EC2 calls, one LIST per discovery whatever the fleet's size
+    # (docs/fleet.md, "Peer discovery").
+    registry: bool = _opt(False, "register this agent under the [fleet] bucket's <prefix>agents/az=<zone>/ and "
+                          "probe agents found there in the same zone (one S3 LIST per discovery; needs "
+                          "fleet.bucket)", restart=True)
+    # Each discovery is one DescribeInstances page (or one S3 LIST) per agent, and EC2's Describe* bucket
+    # refills at 20/s for the whole account: hourly, +/- 20 %, keeps 7,200 agents within 10 % of it
+    # (docs/fleet.md, "Peer discovery"). Lab: 2.
+    discover_interval: float = _opt(3600.0, "seconds between peer discoveries (+/- 20 % jitter); lab: 2", lo=1.0,
+                                    hi=86400.0, restart=True)
+    # A probe measures this instance's own path; crossing an AZ changes the path and costs $0.01/GB each
+    # way (docs/probes.md, "Same-AZ peers").
+    cross_az_share: float = _opt(0.0, "share of probes sent to discovered peers in other Availability Zones "
+                                 "(0: none; each is billed as inter-AZ transfer)", lo=0.0, hi=1.0, restart=True)
     discover_endpoint_url: Optional[str] = _opt(None, "EC2 endpoint for discovery (default: AWS)",
                                                 check=check_url, restart=True)
     archive: ProbeArchiveConfig = _opt(None, "", factory=ProbeArchiveConfig, restart=True)
@@ -290,6 +358,7 @@ class Config:
     instance: InstanceConfig = _opt(None, "", factory=InstanceConfig)
     imds: ImdsConfig = _opt(None, "", factory=ImdsConfig, restart=True)
     credits: CreditsConfig = _opt(None, "", factory=CreditsConfig)
+    allowances: AllowancesConfig = _opt(None, "", factory=AllowancesConfig)
     cloudwatch: CloudWatchConfig = _opt(None, "", factory=CloudWatchConfig, restart=True)
     responder: ResponderConfig = _opt(None, "", factory=ResponderConfig)
     probe: ProbeConfig = _opt(None, "", factory=ProbeConfig)
@@ -307,6 +376,8 @@ def _cross_check(cfg: Config, where: str) -> None:
         raise ConfigError(f"{where}: key 'probe.archive.bucket' is required when probe.archive.enabled = true")
     if cfg.fleet.enabled and not cfg.fleet.bucket:
         raise ConfigError(f"{where}: key 'fleet.bucket' is required when fleet.enabled = true")
+    if cfg.probe.registry and not cfg.fleet.bucket:
+        raise ConfigError(f"{where}: key 'fleet.bucket' is required when probe.registry = true")
     bw = cfg.instance.bandwidth
     if bw.baseline_gbps is not None and bw.peak_gbps is not None and bw.peak_gbps < bw.baseline_gbps:
         raise ConfigError(f"{where}: key 'instance.bandwidth.peak_gbps' = {bw.peak_gbps!r} is below "

@@ -111,3 +111,25 @@ def check_bcrypt_users(value: dict[str, str]) -> str | None:
             return (f"the hash of user {user!r} is not a bcrypt hash ($2y$10$ and 53 characters, as "
                     f"`htpasswd -nBC 10 {user}` prints after the colon)")
     return None
+
+
+PER_INSTANCE = ("always", "when_draining", "never")
+
+
+def check_per_instance(value: str) -> Optional[str]:
+    return None if value in PER_INSTANCE else f"{value!r} is not one of {', '.join(PER_INSTANCE)}"
+
+
+def check_aggregation_dimensions(value: list[list[str]]) -> Optional[str]:
+    """Names CloudWatch takes (1-255 ASCII, not starting with ':'), none twice in a set, and room beside
+    Peer/Direction (30 dimensions a metric). Sets that differ only in order are one set (the CloudWatch agent
+    published them twice: aws/amazon-cloudwatch-agent#672); the publisher merges them."""
+    for dims in value:
+        for name in dims:
+            if not name.strip() or len(name) > 255 or name.startswith(":") or not name.isascii():
+                return f"dimension name {name!r} must be 1-255 ASCII characters, not starting with ':'"
+        if len(set(dims)) != len(dims):
+            return f"{dims!r} names a dimension twice"
+        if len(dims) > 28:
+            return f"{dims!r} has {len(dims)} dimensions; at most 28 fit beside Peer and Direction"
+    return None

@@ -24,7 +24,9 @@ def describe_type(tp: Any) -> str:
     if origin is Union:
         return " or ".join(describe_type(a) for a in get_args(tp) if a is not type(None))
     if origin is list:
-        return f"a list of {describe_type(get_args(tp)[0]).split(' ', 1)[1]}s"
+        inner = describe_type(get_args(tp)[0]).split(' ', 1)[1]      # "a list of strings" -> "list of strings"
+        return f"a list of lists of {inner.split(' of ', 1)[1]}" if inner.startswith("list of ") else \
+            f"a list of {inner}s"
     if origin is dict:
         return "a table of strings"
     if dataclasses.is_dataclass(tp):

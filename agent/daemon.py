@@ -73,6 +73,11 @@ class Daemon:
         self.agent = a = build(self.cfg, self.config_path, self.paths, self.reload_state)
         host, port = split_hostport(self.cfg.metrics.listen)
         self.server = MetricsServer(host, port, build_registry(a.views), config=self.cfg.metrics, generation=a.latest)
+        sock = self.cfg.metrics.socket
+        if sock:
+            # The default's directory is systemd's RuntimeDirectory= (its owner and mode are the access
+            # control), never made here; a path the operator chose gets its directory made, as state_dir does.
+            self.server.httpd.listen_unix(sock, create_dir=sock != configmod.DEFAULT_METRICS_SOCKET)
         return a
 
     def status_line(self, snap: Snapshot) -> str:
@@ -91,8 +96,9 @@ class Daemon:
         self.server.start()                      # ... and the endpoint answers
         for svc in a.services:
             svc.start()
-        log.info("burstwatch running: interfaces=%s metrics=http://%s/metrics", ",".join(a.interfaces) or "-",
-                 self.cfg.metrics.listen)
+        log.info("burstwatch running: interfaces=%s metrics=http://%s/metrics%s", ",".join(a.interfaces) or "-",
+                 self.cfg.metrics.listen, f" and {self.server.httpd.socket_path}" if self.server.httpd.socket_path
+                 else "")
         notify("READY=1")
         wd = watchdog_interval()
         last_wd = 0.0

@@ -15,6 +15,7 @@ from agent.config_checks import split_hostport
 from agent.config_loader import restart_keys_changed
 from agent.credits.feed import CreditTracker
 from agent.discovery import EniWatcher, InstanceInfo, discover, eni_watcher, profile_for
+from agent.exporters.allowances import AllowancesView
 from agent.exporters.checks import CheckView
 from agent.exporters.credit_view import CreditView
 from agent.exporters.ena import EnaView
@@ -26,6 +27,7 @@ from agent.models.credit_model import CreditReading
 from agent.models.profile import BandwidthProfile
 from agent.readers.ethtool import IoctlEthtoolReader
 from agent.readers.imds import Eni
+from agent.sampling.allowances import AllowancesStep
 from agent.sampling.ethtool import EthtoolStep
 from agent.sampling.netdev import NetdevStep
 from agent.sampling.pipeline import Sampler, Snapshot
@@ -90,6 +92,7 @@ class Agent:
     sampler: Optional[Sampler] = None
     credits: Optional[CreditTracker] = None
     ethtool: Optional[EthtoolStep] = None
+    allowances: Optional[AllowancesStep] = None
     checks: Optional[CheckRunner] = None
     responder: Optional[Responder] = None
     probes: Optional[ProbeService] = None
@@ -171,20 +174,26 @@ def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
     shaping = ShapingStep(c.shaping_source, interfaces, c.tc_in_interface, c.tc_out_interface)
     a.credits = CreditTracker(a.profile, cfg.state_dir, c, paths.procfs)
     a.shutdown_hooks.append(a.credits.save)
+    # PPS and conntrack (docs/allowances.md): learned figures kept per instance type in state_dir.
+    a.allowances = AllowancesStep(cfg.allowances, cfg.state_dir, a.profile.instance_type,
+                                  lambda: a.profile.baseline_bytes_per_second, paths.procfs)
+    a.shutdown_hooks.append(a.allowances.save)
     a.sampler = Sampler(NetdevStep(interfaces, paths.procfs, paths.sysfs), cfg.effective_rate_window,
-                        ethtool=a.ethtool, shaping=shaping, credits=a.credits)
+                        ethtool=a.ethtool, shaping=shaping, credits=a.credits, allowances=a.allowances)
 
     a.checks = CheckRunner(subprocess_executor(config_path))
     a.services.append(a.checks)
     if cfg.responder.enabled:
         _responder(a)
-    if cfg.probe.peers or cfg.probe.discover_tag:
+    if cfg.probe.peers or cfg.probe.discover_tag or cfg.probe.registry:
         _probes(a)
     credits = a.credits
     a.views = [BuildInfoView(), SamplerView(a.latest), *([reload_state] if reload_state else []),
                InstanceView(lambda: a.instance),
                CreditView(a.latest, lambda: shaping.source, lambda: credits.restore_note),
                EnaView(lambda: a.latest().ethtool if a.latest() is not None else None),  # type: ignore[union-attr]
+               AllowancesView(lambda: a.latest().allowances  # type: ignore[union-attr]
+                              if a.latest() is not None else None),
                CheckView(lambda: a.checks.snapshot() if a.checks is not None and a.checks.snapshot().runs else None),
                *a.views]
     if cfg.cloudwatch.enabled:
@@ -250,6 +259,8 @@ def _reload_handlers(a: Agent) -> dict[str, Callable[[Any], None]]:
     }
     if a.credits is not None:
         handlers["credits"] = a.credits.reconfigure
+    if a.allowances is not None:
+        handlers["allowances"] = a.allowances.reconfigure
     if a.responder is not None:
         from agent.responder.server import resolve_allow
 
@@ -293,7 +304,7 @@ def _probes(a: Agent) -> None:
     a.probes = build_probe_service(a.cfg.probe, responder_port=split_hostport(a.cfg.responder.listen)[1],
                                    credits=a.latest_credits, profile=lambda: a.profile,
                                    # A probe while the responder serves a test would measure the two competing.
-                                   busy=a.responder_busy, instance=a.instance)
+                                   busy=a.responder_busy, instance=a.instance, fleet=a.cfg.fleet)
     arc = a.cfg.probe.archive
     if a.probes.archive is not None and arc.spool:
         # Objects waiting for S3 survive a restart (the next start uploads them first).
@@ -307,7 +318,7 @@ def _cloudwatch(a: Agent) -> CloudWatchPublisher:
     """The CloudWatch publisher (imports boto3: only when [cloudwatch] enabled = true)."""
     from agent.cloudwatch.publisher import CloudWatchPublisher
     from agent.readers import aws
-    from agent.readers.autoscaling import autoscaling_group_name
+    from agent.readers.autoscaling import CACHE_FILE, autoscaling_group_name
     from agent.readers.imds import ImdsClient
 
     cw, ident = a.cfg.cloudwatch, (a.instance.identity if a.instance else None)
@@ -324,7 +335,8 @@ def _cloudwatch(a: Agent) -> CloudWatchPublisher:
         cw, region=ident.region if ident else None, instance_id=iid,
         instance_type=a.instance.instance_type if a.instance else a.cfg.instance.type,
         autoscaling_group=(lambda: autoscaling_group_name(
-            iid, imds_get, lambda: aws.client("ec2", region, ec2_url))) if iid else None,
+            iid, imds_get, lambda: aws.client("ec2", region, ec2_url),
+            cache=Path(a.cfg.state_dir) / CACHE_FILE)) if iid else None,
         checks=(lambda: checks.snapshot().verdicts) if checks is not None else None,
         probes=a.probe_results, spool_dir=Path(a.cfg.state_dir) / "spool" / "cloudwatch")
 
@@ -344,6 +356,10 @@ def _fleet(a: Agent) -> None:
         return
 
     def adopt(consensus: Optional[Consensus]) -> None:
+        if consensus is not None and a.allowances is not None:
+            # A new instance of the type starts with the fleet's PPS ceiling and conntrack size
+            # (docs/allowances.md, "The fleet"); its own learning, restored or new, wins.
+            a.allowances.adopt(consensus.conntrack_size, consensus.pps_ceiling)
         bucket = consensus.bucket_bytes if consensus is not None else None
         if bucket == a.fleet_bucket_bytes:
             return
@@ -364,7 +380,8 @@ def _fleet(a: Agent) -> None:
             return
         p, snap = a.profile, a.latest()
         drivers = [e.driver for e in (snap.ethtool or {}).values() if e.driver is not None] if snap else []
-        fleet.publish([learned_record(
+        others = a.allowances.learned_figures() if a.allowances is not None else {}
+        fleet.publish([learned_record(**others,
             instance_type=p.instance_type, instance_id=ident.instance_id if ident else None,
             region=ident.region if ident else None, availability_zone=ident.availability_zone if ident else None,
             direction=d, bucket_bytes=v["bucket"], method=v["learn_method"], learned_count=v["learned_count"],
@@ -375,6 +392,11 @@ def _fleet(a: Agent) -> None:
 
     assert a.credits is not None
     a.credits.on_learned = learned
+    if a.allowances is not None:
+        # A learned PPS ceiling or conntrack size rides with the buckets this agent has learned (the
+        # document's format needs one; docs/allowances.md, "The fleet").
+        credits = a.credits
+        a.allowances.on_learned = lambda: learned(credits.estimator.learned_buckets())
     a.fleet = fleet
     a.services.append(fleet)
     a.views.append(FleetView(fleet.snapshot))

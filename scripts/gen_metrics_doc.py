@@ -18,12 +18,12 @@ from agent.models.figures import FIGURES, CloudWatchForm, Figure  # noqa: E402
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 CLOUDWATCH_DOC = ROOT / "docs" / "cloudwatch.md"
 SCRIPT = "scripts/gen_metrics_doc.py"
-SECTIONS = ("credits", "instance", "ena", "sampling", "responder", "probes", "cloudwatch", "state", "process",
-            "fleet")
+SECTIONS = ("credits", "instance", "ena", "allowances", "sampling", "responder", "probes", "cloudwatch", "state",
+            "process", "fleet")
 # Not ours to declare: prometheus_client's process collector, registered beside the views.
 PROCESS_ROW = ("| `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_open_fds`, … | | | "
                "prometheus_client's standard process metrics |")
-DIMENSIONS = {"direction": "Direction", "instance": "—", "peer": "Peer, Direction"}
+DIMENSIONS = {"direction": "Direction", "sample": "—", "instance": "—", "peer": "Peer, Direction"}
 
 
 def markers(region: str) -> tuple[str, str]:
@@ -46,14 +46,17 @@ def metrics_table(section: str) -> str:
 
 def cloudwatch_tables() -> str:
     forms: list[CloudWatchForm] = [c for f in FIGURES for c in f.cloudwatch]
-    head = ["| metric | unit | dimensions beyond the instance's | read it with | meaning | from |",
-            "|---|---|---|---|---|---|"]
+    head = ["| metric | unit | dimensions beyond the group's or instance's | read it with | each instance's "
+            "period, in a group metric | meaning | from |",
+            "|---|---|---|---|---|---|---|"]
     by_form = {c.name: f for f in FIGURES for c in f.cloudwatch}
 
     def row(c: CloudWatchForm) -> str:
-        return (f"| `{c.name}` | {c.unit} | {DIMENSIONS[c.per]} | {c.statistic} | {c.doc} | "
+        group_dims = "Direction (no Peer)" if c.per == "peer" else DIMENSIONS[c.per]
+        dims = DIMENSIONS[c.per] if group_dims == DIMENSIONS[c.per] else f"{DIMENSIONS[c.per]}; per group {group_dims}"
+        return (f"| `{c.name}` | {c.unit} | {dims} | {c.statistic} | its {c.rollup_statistic} | {c.doc} | "
                 f"`{by_form[c.name].name}` |")
-    return "\n".join(["The default set, per instance (`Direction` is `in` or `out`):", "", *head,
+    return "\n".join(["The default set, per group and per instance (`Direction` is `in` or `out`):", "", *head,
                       *(row(c) for c in forms if c.default), "",
                       "Optional, by name in `include` (e.g. `include = [\"CreditRemainingBytes\", "
                       "\"CreditExhausted\"]`; unknown",

@@ -55,8 +55,8 @@ def test_ints_are_accepted_for_floats() -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ("sampel_interval = 1.0", "f.toml: unknown key 'sampel_interval' (known: "),
     ("[metrics]\nlistn = 'x'", "f.toml: unknown key 'metrics.listn' (known: basic_auth_users, ethtool_include, "
-     "header_timeout, listen, max_connections, tls_cert_file, tls_client_auth_type, tls_client_ca_file, "
-     "tls_key_file, tls_min_version)"),
+     "header_timeout, listen, max_connections, socket, tls_cert_file, tls_client_auth_type, "
+     "tls_client_ca_file, tls_key_file, tls_min_version)"),
     ("sample_interval = 'fast'", "f.toml: key 'sample_interval' must be a number, got 'fast'"),
     ("sample_interval = 0.05", "f.toml: key 'sample_interval' = 0.05 is out of range 0.1 .. 60"),
     ("sample_interval = true", "f.toml: key 'sample_interval' must be a number, got True"),

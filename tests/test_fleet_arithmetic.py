@@ -1,4 +1,6 @@
-"""docs/fleet.md's fleet arithmetic is generated from the code's defaults (scripts/gen_fleet_arithmetic.py)."""
+"""docs/fleet.md's fleet arithmetic is generated from the code's defaults (scripts/gen_fleet_arithmetic.py,
+scripts/fleet_model.py); the model's rules are checked here, the model against a real fleet in
+tests/e2e/test_fleet_run.py."""
 
 from __future__ import annotations
 
@@ -6,17 +8,17 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import fleet_model as model  # noqa: E402
 import gen_fleet_arithmetic as gen  # noqa: E402
 
-from agent.models.figures import CLOUDWATCH_METRICS, DEFAULT_METRICS  # noqa: E402
-from agent.models.units import DIRECTIONS  # noqa: E402
+from agent.checks import INTERVALS  # noqa: E402
+from agent.models.peer_registry import REGISTER_INTERVAL, cross_az_dollars_per_month  # noqa: E402
 
 
 def test_fleet_arithmetic_in_the_docs_is_generated_from_the_defaults() -> None:
@@ -25,38 +27,61 @@ def test_fleet_arithmetic_in_the_docs_is_generated_from_the_defaults() -> None:
     assert out.returncode == 0, out.stderr
 
 
-@pytest.mark.parametrize(("cls", "change"), [
-    ("FleetConfig", {"refresh_interval": 3600.0}),
-    ("FleetConfig", {"max_objects": 500}),
-    ("ProbeConfig", {"interval": 600.0}),
-    ("ProbeConfig", {"rate": "peak"}),
-    ("CloudWatchConfig", {"period": 300}),
-    ("ResponderConfig", {"max_tests_per_hour": 6}),
+@pytest.mark.parametrize(("section", "change"), [
+    ("fleet", {"refresh_interval": 3600.0}),
+    ("probe", {"discover_interval": 600.0}),
+    ("probe", {"cross_az_share": 0.1}),
+    ("cloudwatch", {"period": 300}),
 ])
-def test_a_changed_default_changes_the_region(monkeypatch: pytest.MonkeyPatch, cls: str,
-                                               change: dict[str, Any]) -> None:
+def test_a_changed_default_changes_the_region(monkeypatch: pytest.MonkeyPatch, section: str,
+                                               change: dict[str, object]) -> None:
     """So the --check above fails when a default moves and the docs stay behind."""
     before = gen.region()
-    original = getattr(gen, cls)
-    monkeypatch.setattr(gen, cls, lambda: dataclasses.replace(original(), **change))
+    original = gen.fleet_config
+
+    def changed() -> model.Config:
+        cfg = original()
+        return dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **change)})
+
+    monkeypatch.setattr(gen, "fleet_config", changed)
     assert gen.region() != before
 
 
-def test_the_figures_follow_from_the_defaults() -> None:
+def test_the_calls_follow_from_the_defaults() -> None:
+    cfg = model.fleet_config()
+    calls = model.calls_per_agent_hour(cfg, 100_000)
+    # The registry: one LIST per discovery, one PUT per registration; no EC2 call for discovery.
+    assert calls["s3:ListObjectsV2 agents/"] == pytest.approx(3600 / cfg.probe.discover_interval)
+    assert calls["s3:PutObject agents/"] == pytest.approx(3600 / REGISTER_INTERVAL)
+    assert calls["ec2:DescribeInstances"] == 0
+    # Tag discovery instead: one DescribeInstances page per discovery.
+    tag = dataclasses.replace(cfg, probe=dataclasses.replace(cfg.probe, registry=False, discover_tag="k=v"))
+    assert model.calls_per_agent_hour(tag)["ec2:DescribeInstances"] == pytest.approx(3600 / cfg.probe.discover_interval)
+    assert model.calls_per_agent_hour(tag)["s3:ListObjectsV2 agents/"] == 0
+    # fleet_access at its cadence plus once per start.
+    assert calls["s3:PutObject access-check/"] == pytest.approx(3600 / INTERVALS["fleet_access"]
+                                                                + 1 / model.lifetime_hours())
+    # The learned GETs level off at a window's share of the new objects, whatever the fleet.
+    level = cfg.fleet.max_objects / (cfg.fleet.max_age_days * 24)
+    assert model.learned_gets_per_hour(cfg, 100_000, 1 / 720) == pytest.approx(level)
+    assert model.learned_gets_per_hour(cfg, 10, 1 / 720) == pytest.approx(10 / 720)
+
+
+def test_every_api_stays_under_half_its_quota_at_100k() -> None:
     f = gen.Figures()
-    assert f.checks == 730                                   # the hourly fleet_access check, 730-hour month
-    assert f.refreshes == pytest.approx(730 * 3600 / 10800)
-    assert f.calls == 43_800                                 # PutMetricData once a minute
-    # The default set's metrics that do not depend on the peers: one per direction or one per instance
-    # (docs/cloudwatch.md, "Cost", says 11: 5 per direction + FailedChecks).
-    assert f.fixed_metrics == sum(len(DIRECTIONS) if c.per == "direction" else 1
-                                  for c in (CLOUDWATCH_METRICS[m] for m in DEFAULT_METRICS) if c.per != "peer")
-    assert f.probes_per_hour == 8
-    # A partition smaller than one window: every new object is read by every instance of the type.
-    assert f.learned_gets(10, 1.0) == pytest.approx(10.0)
-    # A bigger one: a window's share of the new objects, max_objects x 730 h / max_age, whatever the fleet.
-    level = 1000 / (90 * 24 / 730)
-    assert f.learned_gets(1_000, 1.0) == pytest.approx(level)
-    assert f.learned_gets(100_000, 30.0) == pytest.approx(level)
-    assert f.probe_metric_hours(3) == 2 * 2                  # two peers only
-    assert f.probe_metric_hours(1_000) == 4 * 2
+    for api in model.APIS:
+        assert f.per_second(100_000, api) <= 0.5 * model.quota_of(api).per_second, api
+
+
+def test_tag_discovery_fits_ten_percent_of_the_bucket_up_to_its_limit() -> None:
+    f = gen.Figures()
+    limit = f.tag_discovery_limit()
+    assert limit / f.cfg.probe.discover_interval == pytest.approx(0.1 * 20)
+
+
+def test_cross_az_costs_nothing_by_default_and_scales_with_the_share() -> None:
+    f = gen.Figures()
+    assert f.cfg.probe.cross_az_share == 0
+    assert all(f.dollars(n)["cross-AZ probe bytes"] == 0 for n in gen.FLEETS)
+    # $0.02 per GB crossing (0.01 each way): 10 % of 1 GB an hour is 73 GB a month, $1.46.
+    assert cross_az_dollars_per_month(0.1, 1e9) == pytest.approx(73 * 0.02)

@@ -10,7 +10,16 @@ from typing import Any, Optional
 
 import pytest
 
-from agent.models.fleet import FIELDS, FORMAT, Rejected, encode, learned_record, object_key, parse_object
+from agent.models.fleet import (
+    ALLOWANCE_FIELDS,
+    FIELDS,
+    FORMAT,
+    Rejected,
+    encode,
+    learned_record,
+    object_key,
+    parse_object,
+)
 
 try:
     import duckdb  # a test dependency only (Makefile PIP_TEST / PIP39), never the daemon's
@@ -85,12 +94,18 @@ def translate(query: str) -> str:
 
 
 # -- the objects -------------------------------------------------------------------------------------------
+# The other allowances two m5.large instances learned (docs/allowances.md): PPS ceiling, conntrack size.
+ALLOWANCES = {"i-0aaaaaaaaaaaaaaa1": (100_000.0, 80_000.0), "i-0bbbbbbbbbbbbbbb2": (110_000.0, 82_000.0)}
+
+
 def rec(itype: str, iid: Optional[str], direction: str, nbytes: float, at: float, base: Optional[float]) -> dict:
+    pps, conntrack = ALLOWANCES.get(iid or "", (None, None))
     return learned_record(instance_type=itype, instance_id=iid, region="us-east-1", availability_zone="us-east-1a",
                           direction=direction, bucket_bytes=nbytes, method="exhaustion", learned_count=1,
                           baseline_bytes_per_second=base, baseline_source="catalogue" if base else "none",
                           peak_bytes_per_second=1.25e9, peak_source="catalogue", driver="ena",
-                          driver_version="2.8.1g", learned_at=at, agent_version="0.x")
+                          driver_version="2.8.1g", learned_at=at, agent_version="0.x",
+                          pps_ceiling_packets_per_second=pps, conntrack_size_entries=conntrack)
 
 
 def put(root: Path, key: str, body: bytes) -> None:
@@ -172,7 +187,7 @@ def test_ddl_declares_exactly_the_fields_the_service_writes() -> None:
     table, columns, parts, location = parse_ddl(ddl)
     assert table == "burstwatch_learned"
     record = rec("m5.large", "i-0aaaaaaaaaaaaaaa1", "out", 1.0, T0, M5_BASE)
-    assert set(columns) == set(FIELDS) == set(record), set(columns) ^ set(record)
+    assert set(columns) == set(FIELDS) | set(ALLOWANCE_FIELDS) == set(record), set(columns) ^ set(record)
     kinds = {"string": (str,), "double": (float,), "bigint": (int,)}
     for name, typ in columns.items():
         assert isinstance(record[name], kinds[typ]), (name, typ, record[name])
@@ -207,7 +222,7 @@ def test_query_on_duckdb_matches_figures_computed_in_python(tmp_path: Path) -> N
     cur = con.execute(wrapped)
     names = [d[0] for d in cur.description]
     assert names == ["instance_type", "median_gbit", "median_baseline_seconds", "spread", "instances",
-                     "first_seen", "last_seen"]
+                     "median_pps_ceiling", "median_conntrack_size", "first_seen", "last_seen"]
     got = {row[0]: dict(zip(names[1:], row[1:])) for row in cur.fetchall()}
     want = expected(GOOD)
     assert set(got) == {"m5.large", "c5n.large"}
@@ -228,3 +243,8 @@ def test_query_on_duckdb_matches_figures_computed_in_python(tmp_path: Path) -> N
     assert m5["median_baseline_seconds"] in (round(335e9 / M5_BASE), round(305e9 / M5_BASE))
     assert m5["last_seen"] == T0 - 50 and m5["first_seen"] == T0 - 9000
     assert got["c5n.large"]["instances"] == 1 and got["c5n.large"]["median_gbit"] == 17000.0
+    # The other allowances: over the two m5.large instances that learned them (an even pair: one of them);
+    # none for c5n.large.
+    assert m5["median_pps_ceiling"] in (100_000.0, 110_000.0)
+    assert m5["median_conntrack_size"] in (80_000.0, 82_000.0)
+    assert got["c5n.large"]["median_pps_ceiling"] is None

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent / "agent"
 # someone decides where it belongs.
 LAYERS: list[tuple[str, ...]] = [
     ("agent", "agent.config", "agent.config_checks", "agent.config_loader",
-     "agent.isolate", "agent.notify"),                                    # foundation
+     "agent.isolate", "agent.notify", "agent.config_allowances"),         # foundation
     ("agent.readers", "agent.writers"),         # OS, IMDS, AWS: read and parse; state files, spools, uploads
     ("agent.models",),                                                   # pure: figures in, figures out
     ("agent.sampling", "agent.discovery", "agent.iperf3"),               # sampling steps, discovery, protocol

@@ -15,7 +15,7 @@ from agent.models.checks import FAIL, OK, SKIP, WARN, Verdict
 log = logging.getLogger(__name__)
 
 NAME = "fleet_access"
-SLOW = True   # three S3 requests, each a billed request and up to seconds away: hourly, like path_mtu
+# Its cadence in the daemon (daily) is in agent/checks/__init__.py's INTERVALS.
 
 DOC = "docs/fleet.md#iam"
 LIST, PUT, GET = "s3:ListBucket", "s3:PutObject", "s3:GetObject"

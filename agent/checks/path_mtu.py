@@ -8,7 +8,7 @@ from agent.checks.context import CheckContext
 from agent.models.checks import FAIL, OK, SKIP, WARN, Verdict
 
 NAME = "path_mtu"
-SLOW = True   # sends probes and waits for silence: the daemon runs it less often than the others
+# Its cadence in the daemon (hourly) is in agent/checks/__init__.py's INTERVALS.
 
 
 class _Words(NamedTuple):

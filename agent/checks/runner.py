@@ -1,4 +1,4 @@
-"""The daemon's check service: every check at start-up, then periodically (path MTU less often)."""
+"""The daemon's check service: every check at start-up, then each at its own cadence (agent/checks INTERVALS)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional, Sequence, Union
 
-from agent.checks import CHECKS
+from agent.checks import CHECKS, interval, is_slow
 from agent.models.checks import Verdict, worst
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL = 300.0        # seconds between runs of the quick checks (a few ioctls and netlink reads)
-DEFAULT_SLOW_INTERVAL = 3600.0  # path MTU: probes and waits for silence, and the kernel caches PMTU 10 min
+# A check due within this share of the shortest interval (30 s of the quick checks' 300 s) joins the round
+# about to run rather than having a child of its own a moment later: rounds that ran late or were retried
+# leave the cadences a little out of step.
+GRACE = 0.1
 
 @dataclass(frozen=True)
 class CheckState:
@@ -34,8 +36,16 @@ class CheckState:
         return [v for v in self.verdicts if v.check == name]
 
 
-# include_slow -> every verdict of the round (the checks not run this round are absent)
-RoundExecutor = Callable[[bool], list[Verdict]]
+@dataclass(frozen=True)
+class CheckRound:
+    """What one round's executor returns: every verdict of the checks it ran, and the seconds each took."""
+
+    verdicts: list[Verdict]
+    durations: dict[str, float] = field(default_factory=dict)
+
+
+# The checks due -> the round. In-process executors (tests) may return the verdicts alone: no durations.
+RoundExecutor = Callable[[Sequence[str]], Union[CheckRound, list[Verdict]]]
 
 
 class RoundCancelled(Exception):
@@ -60,14 +70,13 @@ class SubprocessExecutor:
         self._child: Optional[subprocess.Popen] = None
         self._cancelled = False
 
-    def __call__(self, include_slow: bool) -> list[Verdict]:
+    def __call__(self, names: Sequence[str]) -> CheckRound:
         root = str(Path(__file__).resolve().parents[2])
         cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r}); from agent.cli import main; "
                "sys.exit(main())", "check", "--json"]
         if self.config_path:
             cmd += ["--config", self.config_path]
-        if not include_slow:
-            cmd.append("--quick")
+        cmd += ["--checks", ",".join(names)]
         with self._lock:
             if self._cancelled:
                 raise RoundCancelled("the check service is stopping")
@@ -88,7 +97,9 @@ class SubprocessExecutor:
             doc = json.loads(stdout)
         except ValueError:
             raise RuntimeError(f"`burstwatch check` exited {child.returncode}: {stderr.strip()[-500:]}") from None
-        return [Verdict.from_dict(d) for d in doc["verdicts"]]
+        # The child timed each check; the daemon's own clock would only see the whole child (imports and all).
+        return CheckRound([Verdict.from_dict(d) for d in doc["verdicts"]],
+                          {k: float(v) for k, v in doc.get("durations", {}).items()})
 
     def cancel(self) -> None:
         """Stop the running round's child (SIGTERM) and refuse new ones: the daemon's stop must not wait
@@ -105,48 +116,74 @@ def subprocess_executor(config_path: Optional[str], timeout: float = 180.0) -> S
 
 
 class CheckRunner:
-    """A daemon service (name, start, stop): runs the checks on a thread and keeps the latest verdicts."""
+    """A daemon service (name, start, stop): runs the checks on a thread and keeps the latest verdicts.
+
+    Each check has its own cadence (`intervals`, default agent/checks INTERVALS): a round runs the checks
+    that are due, on a schedule anchored to the first round so the cadences stay in step (path MTU falls on
+    every 12th quick round); a round that fails is retried after the shortest interval."""
 
     name = "checks"
 
-    def __init__(self, executor: RoundExecutor, interval: float = DEFAULT_INTERVAL,
-                 slow_interval: float = DEFAULT_SLOW_INTERVAL, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, executor: RoundExecutor, intervals: Optional[Mapping[str, float]] = None,
+                 wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic) -> None:
         self.executor = executor
-        self.interval = interval
-        self.slow_interval = slow_interval
+        self.clock = clock                           # schedules (monotonic); `wall` stamps last_run
+        self.intervals = {n: float((intervals or {}).get(n, interval(n))) for n in CHECKS}
         self.wall = wall
         self.state = CheckState()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._last_slow: Optional[float] = None
+        self._due_at: dict[str, float] = {}          # check -> monotonic time it is next due (absent: now)
 
     def snapshot(self) -> CheckState:
         """The latest verdicts (replaced whole after each round, never changed in place)."""
         return self.state
 
+    def due(self, now: float) -> list[str]:
+        """The checks to run in a round starting at `now` (monotonic), in registry order."""
+        early = GRACE * min(self.intervals.values())
+        return [n for n in CHECKS if now >= self._due_at.get(n, now) - early]
+
+    def next_due(self) -> float:
+        """When the next round is due (the clock's time; 0 before the first round)."""
+        return min((self._due_at.get(n, 0.0) for n in CHECKS), default=0.0)
+
     def run_once(self, include_slow: bool = True) -> CheckState:
-        """One round, run by the executor (a child process in the daemon); the verdicts of checks it
-        did not run this round (path MTU in a quick round) are kept from earlier rounds."""
-        found = self.executor(include_slow)
+        """One round outside the schedule (tests, start-up tools): every check, or the quick ones only."""
+        return self.run_round([n for n in CHECKS if include_slow or not is_slow(n)])
+
+    def run_round(self, names: Sequence[str]) -> CheckState:
+        """One round of `names`, run by the executor (a child process in the daemon); the verdicts of
+        checks it did not run are kept from earlier rounds."""
+        started = self.clock()
+        found = self.executor(tuple(names))
+        rnd = found if isinstance(found, CheckRound) else CheckRound(list(found))
         old = self.state
-        ran = {v.check for v in found}
+        ran = set(names) | {v.check for v in rnd.verdicts} | set(rnd.durations)
         now = self.wall()
-        verdicts = {name: ([v for v in found if v.check == name] if name in ran else old.by_check(name))
+        verdicts = {name: ([v for v in rnd.verdicts if v.check == name] if name in ran else old.by_check(name))
                     for name in CHECKS}
-        last_run = {**old.last_run, **{name: now for name in ran}}
-        if include_slow:
-            self._last_slow = time.monotonic()
+        last_run = {**old.last_run, **{name: now for name in CHECKS if name in ran}}
+        durations = {**old.durations, **{k: v for k, v in rnd.durations.items() if k in CHECKS}}
+        for name in ran & set(CHECKS):
+            step = self.intervals[name]
+            # Anchored (the previous due time plus the interval) unless that is already past: no catching up.
+            nxt = self._due_at.get(name, started) + step
+            self._due_at[name] = nxt if nxt > started else started + step
         flat = tuple(v for name in CHECKS for v in verdicts[name])
-        self.state = CheckState(flat, last_run, dict(old.durations), old.runs + 1)
+        self.state = CheckState(flat, last_run, durations, old.runs + 1)
         bad = [f"{v.check}/{v.interface or '-'}={v.status}" for v in flat if v.status in ("warn", "fail")]
         log.info("checks: %s%s", worst(flat), (" (" + ", ".join(bad) + ")") if bad else "")
         return self.state
 
     def _loop(self) -> None:
+        retry = min(self.intervals.values())
         while not self._stop.is_set():
-            slow = self._last_slow is None or time.monotonic() - self._last_slow >= self.slow_interval
+            started = self.clock()
+            names = self.due(started)
             try:
-                self.run_once(include_slow=slow)
+                if names:
+                    self.run_round(names)
             except RoundCancelled as exc:
                 # systemd signals the whole cgroup at once, so the child can die a moment before the
                 # daemon's own SIGTERM handler reaches stop(): wait for that before calling it odd.
@@ -154,7 +191,10 @@ class CheckRunner:
                 (log.info if stopping else log.warning)("check round cancelled: %s", exc)
             except Exception:
                 log.exception("check round failed")
-            self._stop.wait(self.interval)
+            for name in names:
+                if self._due_at.get(name, started) <= started:   # not run: try again after the shortest interval
+                    self._due_at[name] = started + retry
+            self._stop.wait(max(0.0, self.next_due() - self.clock()))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="checks", daemon=True)

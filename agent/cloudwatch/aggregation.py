@@ -7,7 +7,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Protocol
 
-from agent.models.cw_aggregate import Datum, Dims, PeriodAggregator, SeriesKey
+from agent.models.cw_aggregate import Datum, Dims, PeriodAggregator, SeriesKey, StatSet
 from agent.models.figures import CLOUDWATCH_METRICS, CloudWatchForm, DirectionReader, ProbeResultLike
 from agent.models.units import DIRECTIONS
 
@@ -47,6 +47,9 @@ class Aggregation:
         self._per_direction: list[tuple[DirectionReader, str, SeriesKey]] = [
             (f.read, d, SeriesKey(f.name, f.unit, (("Direction", d),)))
             for d in DIRECTIONS for f in forms if f.per == "direction"]
+        # Instance-wide figures of the sample (the allowances'): read(snapshot), no extra dimension.
+        self._per_sample: list[tuple[Callable[..., Optional[float]], SeriesKey]] = [
+            (f.read, SeriesKey(f.name, f.unit)) for f in forms if f.per == "sample"]
         self._per_instance = [f for f in forms if f.per == "instance"] if checks is not None else []
         self._per_peer = [f for f in forms if f.per == "peer"] if probes is not None else []
         self._checks, self._probes = checks, probes
@@ -70,6 +73,10 @@ class Aggregation:
             value = read(snap, d)
             if value is not None:
                 samples.append((key, value))
+        for read_sample, key in self._per_sample:
+            value = read_sample(snap)
+            if value is not None:
+                samples.append((key, value))
         if samples:
             t = float(snap.wall_time)
             with self._lock:
@@ -88,6 +95,11 @@ class Aggregation:
     def close(self, now: float, dims: Dims = (), force: bool = False) -> list[Datum]:
         with self._lock:
             return self._agg.close(now, dims, force=force)
+
+    def close_periods(self, now: float, force: bool = False) -> list[tuple[float, dict[SeriesKey, StatSet]]]:
+        """The closed periods' statistic sets (the publish policy turns them into datums)."""
+        with self._lock:
+            return self._agg.close_periods(now, force=force)
 
     def _check_samples(self, t: float) -> list[tuple[float, SeriesKey, float]]:
         if not self._per_instance or self._checks is None:

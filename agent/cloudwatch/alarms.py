@@ -8,65 +8,20 @@ import logging
 import math
 import re
 import sys
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from agent import config as configmod
-from agent.cloudwatch.dimensions import common_dimensions
-from agent.models import figures as F
+from agent.cloudwatch.dimensions import aggregation_sets, common_dimensions
 from agent.models.cw_aggregate import Dims
+from agent.models.cw_alarms import ALARMS, HORIZON_SECONDS, AlarmSpec
 from agent.models.units import DIRECTIONS
-from agent.readers.autoscaling import ImdsGet, autoscaling_group_name
+from agent.readers.autoscaling import CACHE_FILE, ImdsGet, autoscaling_group_name
 
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 WORDS = {"in": "inbound", "out": "outbound"}
-
-@dataclass(frozen=True)
-class AlarmSpec:
-    """One alarm per direction on one burstwatch metric, or on a metric math expression over several."""
-
-    slug: str
-    title: str                  # CloudFormation logical id stem
-    metric: str
-    statistic: str
-    comparison: str
-    threshold: float
-    treat_missing: str
-    description: str
-    # A metric math alarm: (query id, metric) pairs, each read with `statistic`, and the expression over
-    # the ids that the alarm watches. Empty: the alarm watches `metric` itself.
-    math: tuple[tuple[str, str], ...] = ()
-    expression: str = ""
-
-
-def _cw(fig: F.Figure) -> str:
-    """The CloudWatch name the figure is published under (the figure table's; one form per figure here)."""
-    return fig.cloudwatch[0].name
-
-
-ALARMS: tuple[AlarmSpec, ...] = (
-    # The forecast is the earliest warning there is: 10 minutes leaves time to move traffic. The sooner of
-    # the two forecasts, as the Prometheus rule BurstCreditsRunningOut: the instant one is right from the
-    # first seconds of a steady drain but a year (+Inf) in every pause of a bursty one; the trend (the net
-    # rate over [credits] forecast_window) holds through the pauses (docs/credits.md, "Two forecasts").
-    # Each read as its Maximum over the period: under the threshold for the whole minute, CloudWatch's form
-    # of the rule's `for: 1m`, so a burst of a few seconds from a full bucket (whose instant forecast dips
-    # under 10 minutes while it lasts) pages nobody.
-    AlarmSpec("credit-exhaustion", "CreditExhaustion", _cw(F.CREDIT_EXHAUSTION_SECONDS), "Maximum",
-              "LessThanThreshold", 600.0, "missing",
-              "burstwatch: {direction} burst credits run out within 10 minutes at the current rate or at "
-              "the trend",
-              math=(("instant", _cw(F.CREDIT_EXHAUSTION_SECONDS)), ("trend", _cw(F.CREDIT_EXHAUSTION_TREND_SECONDS))),
-              expression="MIN([instant, trend])"),
-    AlarmSpec("credit-low", "CreditLow", _cw(F.CREDIT_REMAINING_RATIO), "Minimum", "LessThanThreshold", 0.2,
-              "missing", "burstwatch: {direction} burst credits below 20 % of the bucket"),
-    # Missing data here means no shaping counter moved (or no source): not a breach.
-    AlarmSpec("shaping", "Shaping", _cw(F.SHAPING_PACKETS_TOTAL), "Sum", "GreaterThanThreshold", 0.0, "notBreaching",
-              "burstwatch: the shaper is queueing or dropping {direction} packets now"),
-)
-
 
 def alarm_period(period: int) -> int:
     """Alarm period for a publishing period: standard alarms take multiples of 60 s (high-resolution
@@ -74,44 +29,48 @@ def alarm_period(period: int) -> int:
     return max(60, int(math.ceil(period / 60.0)) * 60)
 
 
-def _condition(spec: AlarmSpec, direction: str, namespace: str, period: int, dims: Any) -> dict[str, Any]:
+def _condition(spec: AlarmSpec, direction: str, namespace: str, period: int, dims: Any,
+               group: bool = False, horizon: float = HORIZON_SECONDS) -> dict[str, Any]:
     """What an alarm watches and when it fires: shared by PutMetricAlarm and the CloudFormation template,
     so the two can never disagree. A metric math alarm names its metrics in `Metrics` (MetricDataQuery, the
-    same shape in both), and then may not carry Namespace, MetricName, Dimensions, Statistic or Period."""
+    same shape in both), and then may not carry Namespace, MetricName, Dimensions, Statistic or Period.
+    A `group` alarm reads the group's metric with the spec's group statistic (its worst instance)."""
+    stat = spec.group_statistic if group else spec.statistic
     if spec.math:
         watched: dict[str, Any] = {"Metrics": [
             *({"Id": qid, "MetricStat": {"Metric": {"Namespace": namespace, "MetricName": metric,
                                                     "Dimensions": dims},
-                                         "Period": alarm_period(period), "Stat": spec.statistic},
+                                         "Period": alarm_period(period), "Stat": stat},
                "ReturnData": False} for qid, metric in spec.math),
             {"Id": "soonest", "Expression": spec.expression, "Label": "sooner of the two forecasts",
              "ReturnData": True},
         ]}
     else:
         watched = {"Namespace": namespace, "MetricName": spec.metric, "Dimensions": dims,
-                   "Statistic": spec.statistic, "Period": alarm_period(period)}
+                   "Statistic": stat, "Period": alarm_period(period)}
     return {
         "AlarmDescription": spec.description.format(direction=WORDS[direction]),
         **watched,
         "EvaluationPeriods": 1,
         "DatapointsToAlarm": 1,
-        "Threshold": spec.threshold,
+        "Threshold": spec.limit(horizon),
         "ComparisonOperator": spec.comparison,
         "TreatMissingData": spec.treat_missing,
     }
 
 
-def alarm_params(namespace: str, dims: Dims, period: int, label: str,
-                 actions: Optional[list[str]] = None) -> list[dict[str, Any]]:
+def alarm_params(namespace: str, dims: Dims, period: int, label: str, actions: Optional[list[str]] = None,
+                 group: bool = False, horizon: float = HORIZON_SECONDS) -> list[dict[str, Any]]:
     """PutMetricAlarm arguments for every alarm and direction; `dims` must be the publisher's own
-    (CloudWatch matches an alarm's dimensions exactly)."""
+    (CloudWatch matches an alarm's dimensions exactly): an instance's, or with `group` one aggregation set's."""
     out = []
     for spec in ALARMS:
         for d in DIRECTIONS:
             params: dict[str, Any] = {
                 "AlarmName": f"burstwatch-{label}-{spec.slug}-{d}",
                 **_condition(spec, d, namespace, period,
-                             [{"Name": n, "Value": v} for n, v in dims] + [{"Name": "Direction", "Value": d}]),
+                             [{"Name": n, "Value": v} for n, v in dims] + [{"Name": "Direction", "Value": d}],
+                             group, horizon),
                 "ActionsEnabled": bool(actions),
             }
             if actions:
@@ -148,7 +107,8 @@ def render_text(alarms: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def cloudformation_template(namespace: str, period: int, extra: dict[str, str]) -> dict[str, Any]:
+def cloudformation_template(namespace: str, period: int, extra: dict[str, str],
+                            horizon: float = HORIZON_SECONDS) -> dict[str, Any]:
     """The same alarms as a CloudFormation template, with InstanceId, InstanceType, AutoScalingGroupName
     and AlarmTopicArn as parameters; `extra` is [cloudwatch] dimensions."""
     no_value = {"Ref": "AWS::NoValue"}
@@ -168,7 +128,7 @@ def cloudformation_template(namespace: str, period: int, extra: dict[str, str]) 
                 "Type": "AWS::CloudWatch::Alarm",
                 "Properties": {
                     "AlarmName": {"Fn::Sub": f"burstwatch-${{InstanceId}}-{spec.slug}-{d}"},
-                    **_condition(spec, d, namespace, period, dims),
+                    **_condition(spec, d, namespace, period, dims, False, horizon),
                     "AlarmActions": topic,
                     "OKActions": topic,
                 },
@@ -191,10 +151,10 @@ def cloudformation_template(namespace: str, period: int, extra: dict[str, str]) 
     }
 
 
-def cloudformation(namespace: str, period: int, extra: dict[str, str]) -> str:
+def cloudformation(namespace: str, period: int, extra: dict[str, str], horizon: float = HORIZON_SECONDS) -> str:
     """The template as CloudFormation JSON (JSON rather than YAML: the standard library reads it back,
     so the tests check exactly what an operator deploys)."""
-    return json.dumps(cloudformation_template(namespace, period, extra), indent=2) + "\n"
+    return json.dumps(cloudformation_template(namespace, period, extra, horizon), indent=2) + "\n"
 
 
 # -- the command --------------------------------------------------------------------------------
@@ -208,7 +168,7 @@ def cmd_cloudwatch(args: argparse.Namespace, imds_get: Optional[ImdsGet] = None,
     cfg = configmod.load(args.config)
     cw = cfg.cloudwatch
     if args.cloudformation:
-        sys.stdout.write(cloudformation(cw.namespace, cw.period, dict(cw.dimensions)))
+        sys.stdout.write(cloudformation(cw.namespace, cw.period, dict(cw.dimensions), cw.alarm_horizon))
         return EXIT_OK
 
     def imds(path: str) -> Optional[str]:
@@ -231,10 +191,19 @@ def cmd_cloudwatch(args: argparse.Namespace, imds_get: Optional[ImdsGet] = None,
     if args.autoscaling_group is not None:
         asg: Optional[str] = args.autoscaling_group or None
     else:
+        # The daemon's cached answer when it has one: the same group, and no call on EC2's bucket.
         asg = autoscaling_group_name(instance_id, imds if imds_get is not None else None,
-                                     lambda: factory("ec2", region, cfg.instance.ec2_endpoint_url))
+                                     lambda: factory("ec2", region, cfg.instance.ec2_endpoint_url),
+                                     cache=Path(cfg.state_dir) / CACHE_FILE)
     dims = common_dimensions(instance_id, instance_type, asg, dict(cw.dimensions))
-    alarms = alarm_params(cw.namespace, dims, cw.period, instance_id, args.sns_topic)
+    alarms = []
+    # Per group: the metrics every instance of the set publishes to (their worst instance); per instance
+    # where its metrics are always there (docs/cloudwatch.md, "Alarms").
+    for gdims in aggregation_sets(cw.aggregation_dimensions, dims):
+        label = "-".join(v for _, v in gdims) or "all"
+        alarms += alarm_params(cw.namespace, gdims, cw.period, label, args.sns_topic, True, cw.alarm_horizon)
+    if cw.per_instance == "always":
+        alarms += alarm_params(cw.namespace, dims, cw.period, instance_id, args.sns_topic, False, cw.alarm_horizon)
     print(json.dumps(alarms, indent=2) if args.json else render_text(alarms))
     if not args.apply:
         return EXIT_OK

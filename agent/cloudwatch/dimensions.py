@@ -41,3 +41,31 @@ def common_dimensions(instance_id: Optional[str], instance_type: Optional[str],
                   len(dims), room, ", ".join(n for n, _ in dims[room:]))
         dims = dims[:room]
     return tuple(dims)
+
+
+def aggregation_sets(configured: Optional[list[list[str]]], instance_dims: Dims) -> list[Dims]:
+    """The dimension sets (with this instance's values) of the metrics it shares with its group: each
+    configured set, its names in the configured order, a set given twice in any order only once (the
+    CloudWatch agent published such sets twice: aws/amazon-cloudwatch-agent#672); a set naming a dimension
+    this instance does not have is left out, with one log line. The default (None) is the Auto Scaling
+    group when the instance has one, else its type."""
+    have = dict(instance_dims)
+    if configured is None:
+        for name in ("AutoScalingGroupName", "InstanceType"):
+            if name in have:
+                return [((name, have[name]),)]
+        return []
+    out: list[Dims] = []
+    seen: set[tuple[str, ...]] = set()
+    for names in configured:
+        norm = tuple(sorted(names))
+        if norm in seen:
+            continue
+        seen.add(norm)
+        missing = [n for n in names if n not in have]
+        if missing:
+            log.warning("cloudwatch: aggregation set %s left out: this instance has no %s dimension",
+                        names, ", ".join(missing))
+            continue
+        out.append(tuple((n, have[n]) for n in names))
+    return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -14,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 from agent.cloudwatch.aggregation import Aggregation, VerdictLike
 from agent.cloudwatch.backlog import SpooledBacklog
-from agent.cloudwatch.dimensions import common_dimensions
+from agent.cloudwatch.dimensions import aggregation_sets, common_dimensions
+from agent.cloudwatch.policy import PublishPolicy, next_steady, phase
 from agent.cloudwatch.sender import ClientFactory, Sender
 from agent.config import CloudWatchConfig
 from agent.models.cw_aggregate import Dims, period_start
@@ -27,8 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A flush at most this often when the period is shorter (high resolution): each flush is one request,
-# and requests are billed ($0.01 per 1,000, docs/cloudwatch.md).
+# While an alarm's condition holds, a flush at most this often when the period is shorter (high
+# resolution): each flush is one request, and requests are billed ($0.01 per 1,000, docs/cloudwatch.md).
+# A condition that starts or ends is sent at once whatever the period.
 MIN_FLUSH_INTERVAL = 10.0
 
 @dataclass(frozen=True)
@@ -81,8 +84,18 @@ class CloudWatchPublisher:
         self.namespace: str = cfg.namespace
         self.period: int = int(cfg.period)
         self.region = cfg.region or region
-        self.flush_interval = float(cfg.flush_interval if cfg.flush_interval is not None
-                                    else max(self.period, MIN_FLUSH_INTERVAL))
+        # Steady flushes at this instance's phase of the interval; periods close (and urgent ones go out)
+        # every `tick` (docs/cloudwatch.md, "Requests at fleet scale").
+        self.flush_interval = cfg.steady_flush_interval
+        self.tick = min(float(self.period), self.flush_interval)
+        # Periods close (and alarm periods go out) this long after they end, different for each instance: a
+        # group draining together must not call all in the same second (500 TPS is per account and Region).
+        self._tick_offset = phase(instance_id, min(MIN_FLUSH_INTERVAL, self.tick / 4))
+        self._last_send = -math.inf
+        self._phase = phase(instance_id, self.flush_interval)
+        self._backoff = 0.0                      # after throttling: seconds to wait before the next call
+        self._not_before = 0.0
+        self._next_steady = next_steady(wall(), self.flush_interval, self._phase)
         # A sample may arrive just after its period ended (the sampler stamps a snapshot when the step
         # finishes); a period is closed this long after its end. A later sample still counts: CloudWatch
         # merges two statistic sets with the same timestamp.
@@ -108,6 +121,7 @@ class CloudWatchPublisher:
                              max_attempts, wall)
         self.limits = self.sender.limits
         self._agg = Aggregation(self.period, self.metrics, checks, probes, on_error=self.sender.error)
+        self.policy = self._policy()
         self._stop = threading.Event()
         self._deadline = math.inf
         self._thread: Optional[threading.Thread] = None
@@ -160,18 +174,27 @@ class CloudWatchPublisher:
                 log.warning("cloudwatch: Auto Scaling group lookup failed: %s", exc)
                 asg = None
             self.dims = common_dimensions(self._instance[0], self._instance[1], asg, self._extra)
-        log.info("cloudwatch: publishing %s to namespace %s every %ss (region=%s, dimensions=%s)",
-                 ",".join(self.metrics), self.namespace, self.period, self.region or "default",
-                 ",".join(f"{n}={v}" for n, v in self.dims))
+            self.policy = self._policy()
+        log.info("cloudwatch: publishing %s to namespace %s every %ss (region=%s, per group: %s; per instance "
+                 "%s: %s; steady flush every %gs)", ",".join(self.metrics), self.namespace, self.period,
+                 self.region or "default",
+                 "; ".join(",".join(f"{n}={v}" for n, v in s) or "(all)" for s in self.policy.group_sets) or "none",
+                 self.cfg.per_instance, ",".join(f"{n}={v}" for n, v in self.dims), self.flush_interval)
         if self.backlog.replay():
             self._send(False)
+
+    def _policy(self) -> PublishPolicy:
+        sets = aggregation_sets(self.cfg.aggregation_dimensions, self.dims)
+        return PublishPolicy(self.cfg.per_instance, self.dims, sets, 1 if self.period < 60 else 60,
+                             self.cfg.alarm_horizon)
 
     def _run(self) -> None:
         try:
             self._setup()
+            self._next_steady = next_steady(self._wall(), self.flush_interval, self._phase)
             while True:
                 now = self._wall()
-                nxt = (math.floor(now / self.flush_interval) + 1) * self.flush_interval + self.grace
+                nxt = next_steady(now - self.grace, self.tick, self._tick_offset) + self.grace
                 if self._stop.wait(max(0.0, nxt - now)):
                     break
                 self._flush(self._wall() - self.grace, final=False)
@@ -180,17 +203,38 @@ class CloudWatchPublisher:
             log.exception("cloudwatch: publisher thread failed; CloudWatch publishing stopped")
 
     def _send(self, final: bool) -> None:
-        self.sender.send(final, self._stop.is_set, self._deadline)
+        kind = self.sender.send(final, self._stop.is_set, self._deadline)
+        if kind == "throttling":
+            # CloudWatch's request quota is the account's, shared with every other publisher: botocore's
+            # retries already backed off within the call; now wait longer, doubling up to the steady
+            # interval, with full jitter (nothing is lost: the backlog and its spool keep the datums).
+            self._backoff = min(self.flush_interval, max(float(self.period), 2.0 * self._backoff))
+            self._not_before = self._wall() + random.uniform(0.5, 1.0) * self._backoff
+            log.debug("cloudwatch: throttled, next call in %.0fs at the earliest", self._not_before - self._wall())
+        elif kind is None:
+            self._backoff = 0.0
 
     def _flush(self, close_at: float, final: bool) -> None:
         # Service figures land in the newest period being closed (or the open one, at the end).
         t = close_at if final else period_start(close_at, self.period) - 1e-3
         self._agg.sample_services(t)
-        datums = self._agg.close(close_at, self.dims, force=final)
+        datums: list[Any] = []
+        urgent = False
+        for start, bucket in self._agg.close_periods(close_at, force=final):
+            mine, hurry = self.policy.take(start, bucket)
+            datums += mine
+            urgent = urgent or hurry
         dropped, expired = self.backlog.add_flush(datums, self._wall())
         if dropped or expired:
             log.debug("cloudwatch: backlog dropped %d oldest datapoints (%d expired)", dropped, expired)
-        self._send(final)
+        now = self._wall()
+        steady = now >= self._next_steady
+        if steady:
+            self._next_steady = next_steady(now, self.flush_interval, self._phase)
+        holding = bool(self.policy.alarming) and now - self._last_send >= MIN_FLUSH_INTERVAL - self.grace
+        if final or ((urgent or holding or steady) and now >= self._not_before):
+            self._last_send = now
+            self._send(final)
         if final:
             left, kept = self.backlog.give_up()
             if left:

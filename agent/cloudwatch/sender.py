@@ -42,26 +42,28 @@ class Sender:
         self._client: Any = None
         self._final_client: Any = None
 
-    def send(self, final: bool, stopping: Callable[[], bool], deadline: float) -> None:
+    def send(self, final: bool, stopping: Callable[[], bool], deadline: float) -> Optional[str]:
         """Send batches until the backlog is empty or a request fails (kept for the next flush). The final
-        send stops at `deadline`; the others stop once `stopping()` (the final flush takes over)."""
+        send stops at `deadline`; the others stop once `stopping()` (the final flush takes over). Returns
+        the kind of the error that stopped it (ERROR_KINDS), None when it did not fail."""
         if not self._clients():
-            return
+            return "config"
         while True:
             if final and time.monotonic() >= deadline:
-                return
+                return None
             if not final and stopping():
-                return
+                return None
             with self._lock:
                 batch = self.backlog.backlog.peek_batch(self.namespace, self.limits)
             if not batch:
-                return
+                return None
             client = self._final_client if final else self._client
             try:
                 client.put_metric_data(Namespace=self.namespace, MetricData=[d.to_api() for d in batch])
             except Exception as exc:
+                kind = classify(exc).kind
                 if not self._failed(len(batch), exc):
-                    return  # keep the backlog; the next flush tries again
+                    return kind  # keep the backlog; the next flush tries again
                 continue
             self.backlog.settle(len(batch), count=functools.partial(self._sent, len(batch)))
             if self._logged:

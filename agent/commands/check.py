@@ -10,7 +10,7 @@ import textwrap
 from typing import Any, Callable, Optional, TextIO
 
 from agent import config as configmod
-from agent.checks import CHECKS, is_slow, run_checks
+from agent.checks import CHECKS, is_slow, parse_names, run_timed
 from agent.checks.context import CheckContext, build_context
 from agent.models.checks import STATUSES, Verdict, overall_exit_code
 
@@ -39,7 +39,10 @@ def render_table(verdicts: list[Verdict], width: int = 100) -> str:
     return "\n".join(lines)
 
 
-def to_json(ctx: Optional[CheckContext], verdicts: list[Verdict]) -> dict[str, Any]:
+def to_json(ctx: Optional[CheckContext], verdicts: list[Verdict],
+            durations: Optional[dict[str, float]] = None) -> dict[str, Any]:
+    """The --json document; `durations` (check -> seconds it took here) is what the daemon's runner exports
+    as burstwatch_check_duration_seconds, since its rounds run in this command as a child."""
     inst = ctx.instance if ctx is not None else None
     return {
         "exit_code": overall_exit_code(verdicts),
@@ -47,6 +50,7 @@ def to_json(ctx: Optional[CheckContext], verdicts: list[Verdict]) -> dict[str, A
         "interfaces": list(ctx.interfaces) if ctx is not None else [],
         "instance": inst.__dict__ if inst is not None else None,
         "checks": list(CHECKS),
+        "durations": {k: round(v, 6) for k, v in (durations or {}).items()},
         "verdicts": [v.to_dict() for v in verdicts],
     }
 
@@ -58,9 +62,11 @@ def cmd_check(args: argparse.Namespace, context_factory: Optional[ContextFactory
     cfg = configmod.load(getattr(args, "config", None))
     ctx = (context_factory or build_context)(cfg)
     quick = getattr(args, "quick", False)
-    verdicts = run_checks(ctx, [n for n in CHECKS if not (quick and is_slow(n))])
+    only = getattr(args, "checks", None)       # the daemon's runner names the checks due this round
+    names = parse_names(only) if only else list(CHECKS)
+    verdicts, durations = run_timed(ctx, [n for n in names if not (quick and is_slow(n))])
     if getattr(args, "json", False):
-        out.write(json.dumps(to_json(ctx, verdicts), indent=2, default=str) + "\n")
+        out.write(json.dumps(to_json(ctx, verdicts, durations), indent=2, default=str) + "\n")
     else:
         width = shutil.get_terminal_size((110, 24)).columns
         out.write(render_table(verdicts, width) + "\n")

@@ -9,11 +9,14 @@ import logging
 import math
 import signal
 import sys
-from typing import Any, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Optional, TextIO
 
 from agent import config as configmod
 from agent.config_checks import check_cidrs, check_hostport
 from agent.iperf3.protocol import DEFAULT_PORT
+
+if TYPE_CHECKING:
+    from agent.models.profile import BandwidthProfile
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +299,31 @@ def vpc_cidrs_from_imds(cfg: configmod.Config) -> list[str]:
     return out
 
 
+def standalone_profile(cfg: configmod.Config) -> BandwidthProfile:
+    """This instance's bandwidth profile for the standalone responder, which has no discovery: `[instance]
+    type` (else IMDS's) and `[instance.bandwidth]` over the bundled catalogue. The hourly budget is sized
+    from it (docs/probes.md, "Credit guard"); with no credit model there is no floor to hold."""
+    from agent.models.catalogue import load_catalogue
+    from agent.models.profile import resolve_profile
+
+    itype = cfg.instance.type
+    if itype is None and cfg.imds.enabled:
+        from agent.readers.imds import ImdsClient, ImdsError, parse_identity, read_identity
+
+        client = ImdsClient(cfg.imds.endpoint, timeout=cfg.imds.timeout, retries=cfg.imds.retries,
+                            allow_imdsv1=cfg.imds.allow_imdsv1)
+        try:
+            itype = parse_identity(read_identity(client)).instance_type or None
+        except (ImdsError, ValueError) as exc:
+            log.info("responder: IMDS gave no instance type (%s); the budget is sized for the median size", exc)
+    try:
+        entry = load_catalogue().get(itype) if itype else None
+    except (OSError, ValueError) as exc:
+        log.error("bundled instance-type catalogue unusable: %s", exc)
+        entry = None
+    return resolve_profile(itype, cfg.instance.bandwidth, None, entry)
+
+
 def cmd_responder(args: argparse.Namespace) -> int:
     """`burstwatch responder [--config PATH] [--listen HOST:PORT] [--allow CIDR ...]`: serve tests in the
     foreground until SIGINT/SIGTERM. Exit 0 after a clean stop, 1 when the port cannot be bound, 2 on
@@ -326,7 +354,11 @@ def cmd_responder(args: argparse.Namespace) -> int:
         logging.basicConfig(stream=sys.stderr, level=cfg.log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     allow = resolve_allow(rcfg.allow, lambda: vpc_cidrs_from_imds(cfg))
-    responder = Responder(rcfg, allow)
+    profile = standalone_profile(cfg)
+    responder = Responder(rcfg, allow, profile=lambda: profile)
+    budget = responder.admission.budget(rcfg)
+    log.info("responder: hourly budget %d bytes per direction, %d per source: %s", budget.total,
+             budget.per_source, budget.describe())
     try:
         responder.bind()
     except OSError as exc:

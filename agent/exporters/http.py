@@ -14,13 +14,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from agent.exporters.http_drops import Tally
+from agent.exporters.http_listen import remove_socket, tcp_listener, unix_listener
 from agent.exporters.http_request import DEFAULT_LIMITS, Authenticator, Handler, Limits, Request, parse_request
 from agent.exporters.http_response import Response, serialize, text_response
 
 log = logging.getLogger(__name__)
 
 SEND_CHUNK = 16384          # one TLS record; a retried SSL write must repeat the same chunk
-SUMMARY_EVERY = 60.0        # seconds between two log lines about dropped connections
 _FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 HANDSHAKE, READING, BUSY, WRITING = "handshake", "reading", "busy", "writing"
@@ -37,6 +38,13 @@ class _Conn:
     keep_alive: bool = False
     served: int = 0
     events: int = 0                  # what the selector watches for now (0: not registered)
+    local: bool = False              # came in on the Unix socket: no TLS, no basic auth
+
+
+@dataclass(eq=False)
+class _Listener:
+    sock: socket.socket
+    local: bool                      # the Unix socket, whose file mode is its access control
 
 
 class HttpServer:
@@ -52,17 +60,11 @@ class HttpServer:
         self.limits = limits
         self.tls, self.auth = tls, auth
         self.name = name
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._listener.bind((host, port))
-            self._listener.listen(max(128, limits.backlog))
-        except OSError:
-            self._listener.close()
-            raise
-        self._listener.setblocking(False)
-        self.port: int = self._listener.getsockname()[1]
+        tcp = tcp_listener(host, port, max(128, limits.backlog))
+        self.port: int = tcp.getsockname()[1]
+        self._listeners = [_Listener(tcp, local=False)]
+        self.socket_path: Optional[str] = None     # the Unix socket, once listen_unix() got it
+        self._socket_ino = 0
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -75,17 +77,25 @@ class HttpServer:
         self._done: queue.SimpleQueue[tuple[_Conn, Request, Response, bool]] = queue.SimpleQueue()
         self._stopping = False
         self._accept_paused_until = 0.0
-        self.counts: collections.Counter[str] = collections.Counter()
-        self._reported: collections.Counter[str] = collections.Counter()
-        self._last_report = time.monotonic()
-        self._last_drop_peer = "-"
+        self.tally = Tally()
+        self.counts = self.tally.counts
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._workers = [threading.Thread(target=self._work, name=f"{name}-worker-{i}", daemon=True)
                          for i in range(max(1, limits.workers))]
 
     # -- lifecycle ----------------------------------------------------------------------------------
+    def listen_unix(self, path: str, create_dir: bool = True) -> bool:
+        """Also serve on a local Unix socket (before start()): the same routes and limits, plain HTTP and
+        no basic auth, since only who may open the file can connect. False (and logged) when it cannot."""
+        got = unix_listener(path, max(128, self.limits.backlog), create_dir)
+        if got is None:
+            return False
+        self._listeners.append(_Listener(got[0], local=True))
+        self.socket_path, self._socket_ino = path, got[1]
+        return True
+
     def start(self) -> None:
-        self._sel.register(self._listener, selectors.EVENT_READ, "listener")
+        self._listen(True)
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         for w in self._workers:
             w.start()
@@ -119,8 +129,8 @@ class HttpServer:
             while not self._stopping:
                 now = time.monotonic()
                 for key, _events in self._sel.select(self._timeout(now)):
-                    if key.data == "listener":
-                        self._accept()
+                    if isinstance(key.data, _Listener):
+                        self._accept(key.data)
                     elif key.data == "wake":
                         self._drain_wake()
                     elif isinstance(key.data, _Conn) and key.data.sock.fileno() >= 0:
@@ -134,8 +144,8 @@ class HttpServer:
                 self._expire(now)
                 if self._accept_paused_until and now >= self._accept_paused_until:
                     self._accept_paused_until = 0.0
-                    self._sel.register(self._listener, selectors.EVENT_READ, "listener")
-                self._report(now)
+                    self._listen(True)
+                self.tally.report(now, self.name, self.limits)
         except Exception:  # a bug here must not take the daemon down silently: log it, close everything
             log.exception("%s: event loop failed; /metrics is down", self.name)
         finally:
@@ -153,7 +163,9 @@ class HttpServer:
     def _close_all(self) -> None:
         for conn in list(self._conns.values()):
             self._close(conn)
-        for s in (self._listener, self._wake_r, self._wake_w):
+        if self.socket_path is not None:
+            remove_socket(self.socket_path, self._socket_ino)
+        for s in (*(lst.sock for lst in self._listeners), self._wake_r, self._wake_w):
             try:
                 s.close()
             except OSError:
@@ -177,10 +189,17 @@ class HttpServer:
             pass
 
     # -- accepting ----------------------------------------------------------------------------------
-    def _accept(self) -> None:
+    def _listen(self, on: bool) -> None:
+        for lst in self._listeners:
+            if on:
+                self._sel.register(lst.sock, selectors.EVENT_READ, lst)
+            else:
+                self._sel.unregister(lst.sock)
+
+    def _accept(self, listener: _Listener) -> None:
         for _ in range(64):  # then let the other sockets have a turn
             try:
-                sock, addr = self._listener.accept()
+                sock, addr = listener.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -188,18 +207,17 @@ class HttpServer:
                     # Free a descriptor for the rest of the process and stop accepting for a moment: retrying
                     # at once spins on the same error (docs/security.md, "/metrics endpoint").
                     self._evict_one("fd-exhausted")
-                    self._sel.unregister(self._listener)
+                    self._listen(False)
                     self._accept_paused_until = time.monotonic() + 0.1
                     self.counts["accept-paused"] += 1
                 return
-            peer = f"{addr[0]}:{addr[1]}"
+            peer = "unix" if listener.local else f"{addr[0]}:{addr[1]}"
             if len(self._conns) >= self.limits.max_connections and not self._evict_one("cap"):
-                self.counts["refused"] += 1
-                self._last_drop_peer = peer
+                self.tally.drop("refused", peer)
                 sock.close()
                 continue
             sock.setblocking(False)
-            tls = self.tls
+            tls = None if listener.local else self.tls
             now = time.monotonic()
             try:
                 if tls is not None:
@@ -208,7 +226,7 @@ class HttpServer:
                 sock.close()
                 continue
             conn = _Conn(sock, peer, HANDSHAKE if tls is not None else READING,
-                         now + self.limits.header_timeout)
+                         now + self.limits.header_timeout, local=listener.local)
             self._conns[sock.fileno()] = conn
             self._waiting[sock.fileno()] = conn
             self.counts["accepted"] += 1
@@ -221,8 +239,7 @@ class HttpServer:
         if not self._waiting:
             return False
         conn = next(iter(self._waiting.values()))
-        self.counts[f"evicted-{reason}"] += 1
-        self._last_drop_peer = conn.peer
+        self.tally.drop(f"evicted-{reason}", conn.peer)
         log.debug("%s: closing peer=%s (%s, %s)", self.name, conn.peer, conn.state, reason)
         self._close(conn)
         return True
@@ -330,7 +347,7 @@ class HttpServer:
         conn.state = BUSY
         self._want(conn, 0)
         try:
-            resp = self.answer(req, may_block=False)
+            resp = self.answer(req, may_block=False, local=conn.local)
         except Exception:
             log.exception("%s: handler failed path=%s peer=%s", self.name, req.path, req.peer)
             resp = text_response(500)
@@ -339,9 +356,10 @@ class HttpServer:
             return
         self._respond_now(conn, resp, head_only=req.method == "HEAD", keep_alive=keep_alive)
 
-    def answer(self, req: Request, may_block: bool) -> Optional[Response]:
-        """Authentication first (exporter-toolkit wraps every path in it), then the route."""
-        auth = self.auth
+    def answer(self, req: Request, may_block: bool, local: bool = False) -> Optional[Response]:
+        """Authentication first (exporter-toolkit wraps every path in it), then the route. A request on
+        the Unix socket needs none: the socket file's mode already decided who may connect."""
+        auth = None if local else self.auth
         if auth is not None:
             ok = auth(req.headers.get("authorization"), may_block)
             if ok is None:
@@ -406,25 +424,11 @@ class HttpServer:
                     break
                 # A kept-alive connection that goes quiet after its responses is ordinary, not a fault.
                 kind = "idle-closed" if conn.served and not conn.buf and conn.state == READING else what
-                self.counts[kind] += 1
-                if kind != "idle-closed":
-                    self._last_drop_peer = conn.peer
+                if kind == "idle-closed":
+                    self.counts[kind] += 1
+                else:
+                    self.tally.drop(kind, conn.peer)
                 self._close(conn)
-
-    def _report(self, now: float) -> None:
-        """One WARNING a minute at most, however many connections an attacker makes us drop."""
-        if now - self._last_report < SUMMARY_EVERY:
-            return
-        self._last_report = now
-        kinds = ("timeout-header", "timeout-write", "evicted-cap", "evicted-fd-exhausted", "refused",
-                 "accept-paused", "too-large", "tls-failed")
-        new = {k: self.counts[k] - self._reported[k] for k in kinds if self.counts[k] != self._reported[k]}
-        if new:
-            self._reported.update(new)
-            log.warning("%s: dropped connections in the last %.0f s: %s (last peer=%s; limits: header_timeout=%gs "
-                        "max_connections=%d)", self.name, SUMMARY_EVERY,
-                        ", ".join(f"{k}={v}" for k, v in sorted(new.items())), self._last_drop_peer,
-                        self.limits.header_timeout, self.limits.max_connections)
 
     # -- workers ------------------------------------------------------------------------------------
     def _work(self) -> None:
@@ -434,7 +438,7 @@ class HttpServer:
                 return
             conn, req, keep_alive = job
             try:
-                resp = self.answer(req, may_block=True) or text_response(500)
+                resp = self.answer(req, may_block=True, local=conn.local) or text_response(500)
             except Exception:
                 log.exception("%s: handler failed path=%s peer=%s", self.name, req.path, req.peer)
                 resp = text_response(500)

@@ -71,6 +71,10 @@ def _render(st: ProbeState) -> Iterable[Metric]:
         d = st.discovery
         yield family(F.PROBE_DISCOVERY_SUCCESS, 1.0 if d.success else 0.0)
         yield family(F.PROBE_DISCOVERY_LAST_SUCCESS_TIMESTAMP_SECONDS, d.last_success_timestamp)
+        runs = family(F.PROBE_DISCOVERIES_TOTAL)
+        runs.add_metric(["success"], d.successes)
+        runs.add_metric(["failure"], d.failures)
+        yield runs
 
     if st.archive is not None:
         a = st.archive
@@ -91,6 +95,7 @@ class ProbesView(View):
                         F.PROBE_BYTES_TOTAL, F.PROBE_BUDGET_USED_BYTES, F.PROBE_BUDGET_BYTES, F.PROBE_ROUNDS_TOTAL,
                         F.PROBE_NEXT_ROUND_TIMESTAMP_SECONDS, F.PROBE_RUNNING, F.PROBE_PEERS, F.PROBE_PEER_INFO,
                         F.PROBE_DISCOVERY_SUCCESS, F.PROBE_DISCOVERY_LAST_SUCCESS_TIMESTAMP_SECONDS,
+                        F.PROBE_DISCOVERIES_TOTAL,
                         F.PROBE_ARCHIVE_UPLOADED_TOTAL, F.PROBE_ARCHIVE_FAILED_TOTAL, F.PROBE_ARCHIVE_DROPPED_TOTAL,
                         F.PROBE_ARCHIVE_BACKLOG, F.PROBE_ARCHIVE_LAST_SUCCESS_TIMESTAMP_SECONDS)
 

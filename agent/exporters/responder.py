@@ -21,7 +21,7 @@ class ResponderView(View):
                         F.RESPONDER_CONNECTIONS_TOTAL, F.RESPONDER_TESTS_TOTAL, F.RESPONDER_REFUSED_TOTAL,
                         F.RESPONDER_DROPPED_TOTAL, F.RESPONDER_BYTES_TOTAL,
                         F.RESPONDER_LAST_TEST_TIMESTAMP_SECONDS, F.RESPONDER_SERVED_LAST_HOUR_BYTES,
-                        F.RESPONDER_HOURLY_BUDGET_BYTES)
+                        F.RESPONDER_HOURLY_BUDGET_BYTES, F.RESPONDER_HOURLY_BUDGET_INFO)
 
     def __init__(self, snapshot: Callable[[], Optional[ResponderSnapshot]]) -> None:
         self._snapshot = snapshot
@@ -48,3 +48,7 @@ class ResponderView(View):
         yield served
         if snap.hourly_budget_bytes is not None:
             yield family(F.RESPONDER_HOURLY_BUDGET_BYTES, snap.hourly_budget_bytes)
+        if snap.hourly_budget_basis is not None:
+            basis = family(F.RESPONDER_HOURLY_BUDGET_INFO)
+            basis.add_metric([snap.hourly_budget_basis], 1.0)
+            yield basis

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+from agent.exporters.allowance_status import allowance_lines, allowance_status
 from agent.models import figures as F
 from agent.models.units import DIRECTIONS
 from agent.readers.daemon_metrics import Sample
@@ -59,6 +60,7 @@ def build_status(samples: list[Sample]) -> dict[str, Any]:
                      for s in _find(samples, F.PROBE_THROUGHPUT_BYTES_PER_SECOND.name)]
     doc["responder"] = _responder(samples)
     doc["fleet"] = _fleet(samples)
+    doc["allowances"] = allowance_status(samples)
     return doc
 
 
@@ -85,6 +87,8 @@ def _responder(samples: list[Sample]) -> Optional[dict[str, Any]]:
         "served_last_hour_bytes": {d: _val(samples, F.RESPONDER_SERVED_LAST_HOUR_BYTES.name, direction=d)
                                    for d in DIRECTIONS},
         "hourly_budget_bytes": _val(samples, F.RESPONDER_HOURLY_BUDGET_BYTES.name),
+        "hourly_budget_basis": next((s.labels.get("basis")
+                                     for s in _find(samples, F.RESPONDER_HOURLY_BUDGET_INFO.name)), None),
         "refused": {s.labels.get("reason", ""): int(s.value)
                     for s in _find(samples, F.RESPONDER_REFUSED_TOTAL.name)},
     }
@@ -157,6 +161,7 @@ def render_text(doc: dict[str, Any]) -> str:
     state = (doc.get("credit_model") or {}).get("state", "unknown_profile")
     for d, v in doc["directions"].items():
         lines += _direction(d, v, state)
+    lines += allowance_lines(doc.get("allowances"), _duration)
     lines += _checks(doc["checks"])
     for p in doc["probes"]:
         lines.append(f"  probe {p['peer']} {p['direction']}: {_gbit(p['bytes_per_second'])}")
@@ -233,6 +238,10 @@ def _responder_line(r: dict[str, Any]) -> str:
     line = (f"  responder {'listening' if r['listening'] else 'NOT listening'}: served in the last hour "
             f"in {_size(served['in'])}, out {_size(served['out'])}")
     if budget is not None:
-        line += f" (budget {_size(budget)} each)"
+        # The basis says whether the budget guards credits or, without a bucket, is only a fairness limit.
+        basis = {"refill": ", a share of the refill", "link": ", a fairness limit: no burst bucket",
+                 "median": ", sized for the median size: this one is unknown"}.get(r.get("hourly_budget_basis") or "",
+                                                                                    "")
+        line += f" (budget {_size(budget)} each{basis})"
     refused = {k: v for k, v in sorted(r["refused"].items()) if v}
     return line + "; refused " + (", ".join(f"{k} {v}" for k, v in refused.items()) if refused else "none")

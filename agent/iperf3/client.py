@@ -139,7 +139,9 @@ class _ClientTest:
         if state == p.ACCESS_DENIED:
             reason, busy = _read_reason(self.ctrl)
             if reason and busy:
-                raise self.fail(f"the server is busy: {reason}", "busy")
+                # A burstwatch responder's credit guard: turned away for now, and why (docs/probes.md,
+                # "What a refused client sees"); "busy", so the scheduler does not back off from the peer.
+                raise self.fail(f"refused: {reason}", "busy")
             if reason:
                 raise self.fail(f"access denied: {reason}", "refused")
             raise self.fail("the server is busy running a test (or refused us: access denied)", "busy")

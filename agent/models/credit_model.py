@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
 from agent.models.credit_evidence import (
     AGREEMENT,
-    CLAMP_RATE_SLACK,
     EXHAUSTION_EVIDENCE_FRACTION,
     NEAR_BASELINE_HIGH,
     DrainHistory,
@@ -18,7 +16,7 @@ from agent.models.credit_evidence import (
     Verdict,
     near_baseline,
 )
-from agent.models.spend_trend import TREND_MAX_POINTS, SpendTrend
+from agent.models.credit_trend import DEFAULT_FORECAST_WINDOW, TrendForecast
 from agent.models.units import DIRECTIONS
 
 INF = math.inf
@@ -26,29 +24,6 @@ INF = math.inf
 # Later learnings move the bucket half-way, so one odd exhaustion cannot swing it (docs/credits.md,
 # "Learning the bucket").
 LEARN_WEIGHT_AFTER_FIRST = 0.5
-# Seconds of history the trend's slope is fitted to: a fifth of the shortest drain measured on EC2
-# (docs/credits.md, "forecast_window default: 60 s").
-DEFAULT_FORECAST_WINDOW = 60.0
-# A net rate under this share of the baseline is flat: its forecast would be over 10,000 times what the
-# baseline takes to earn the credit left (docs/credits.md, "Two forecasts").
-TREND_FLAT_FRACTION = 1e-4
-# The share of the spend's excursion above its fitted line that the trend's forecast takes off the credit
-# left: a bursty drain empties at a burst's top, not where the line does (docs/credits.md, "Two forecasts").
-EXCURSION_WEIGHT = 0.5
-# The trend's forecast is the sooner of its own and the median of the empty moments predicted over this
-# share of the window, which cuts a bursty drain's late wobble (docs/credits.md, "Two forecasts").
-MOMENT_SMOOTHING_FRACTION = 1.0 / 3.0
-# The window rule (docs/credits.md, "The window rule"): the slope is fitted over this many of the traffic's
-# own cycles (burst onset to burst onset), at least forecast_window and at most this factor times it.
-CYCLES_PER_WINDOW = 4.0
-WINDOW_MAX_FACTOR = 5.0
-# A burst begins when the net spend rate rises through its mean by more than this share of the baseline,
-# having been under it by as much: jitter within it is not a cycle.
-CYCLE_BAND = 0.1
-# Burst onsets kept: the cycle is their median spacing.
-CYCLE_ONSETS_KEPT = 9
-# Trend points saved in credits.json per direction, spread over the history (docs/credits.md, "Persistence").
-TREND_SAVED_POINTS = 60
 # The state is saved whenever an estimate has moved by this share of its bucket, which bounds what a crash
 # can cost at any time scale (docs/credits.md, "Persistence").
 SAVE_MOVEMENT_FRACTION = 0.01
@@ -166,161 +141,6 @@ class BucketLearner:
 
 
 @dataclass
-class TrendForecast:
-    """The net spend on the bucket's own clock, its fitted slope over a window that fits the traffic's cycle,
-    and the empty moments it predicted (docs/credits.md, "Two forecasts", "The window rule")."""
-
-    window: float = DEFAULT_FORECAST_WINDOW     # the shortest window ([credits] forecast_window)
-    clock: float = 0.0                      # seconds of samples seen: the trend's time axis
-    net: float = 0.0                        # bytes - baseline x seconds, unclamped: the trend's values
-    trend: SpendTrend = field(init=False, repr=False)
-    # (clock, predicted empty moment) of the recent samples whose forecast was a finite drain
-    moments: deque[tuple[float, float]] = field(init=False, repr=False)
-    # when the spend rate last rose through its mean (a burst began), newest last
-    onsets: deque[float] = field(init=False, repr=False)
-    _below: bool = field(default=False, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.trend = SpendTrend(WINDOW_MAX_FACTOR * self.window)
-        self.moments = deque()
-        self.onsets = deque(maxlen=CYCLE_ONSETS_KEPT)
-
-    def advance(self, dt: float, net_bytes: float, baseline: float = 0.0) -> None:
-        # The net spend, not the deficit: the deficit stops at full and is pinned while exhausted, which
-        # would bend the slope where the traffic did not change.
-        if dt > 0:
-            self._watch_cycle(net_bytes / dt, baseline)
-        self.clock += dt
-        self.net += net_bytes
-        self.trend.add(self.clock, self.net)
-
-    def _watch_cycle(self, net_rate: float, baseline: float) -> None:
-        """Note a burst's onset: the net spend rate rising through its mean (the slope over the current
-        span) after having been under it, by more than CYCLE_BAND of the baseline either way."""
-        mean = self.trend.slope(self.span())
-        if mean is None:
-            return
-        band = CYCLE_BAND * baseline
-        if net_rate < mean - band:
-            self._below = True
-        elif net_rate > mean + band and self._below:
-            self._below = False
-            self.onsets.append(self.clock)
-
-    def cycle(self) -> Optional[float]:
-        """The traffic's cycle in seconds: the median time between the burst onsets of the last
-        WINDOW_MAX_FACTOR windows; None without two of them there."""
-        recent = [t for t in self.onsets if t >= self.clock - WINDOW_MAX_FACTOR * self.window]
-        if len(recent) < 2:
-            return None
-        gaps = sorted(b - a for a, b in zip(recent, recent[1:]))
-        mid = len(gaps) // 2
-        return gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2
-
-    def span(self) -> float:
-        """The window the slope is fitted over: CYCLES_PER_WINDOW of the traffic's cycles, at least
-        forecast_window and at most WINDOW_MAX_FACTOR times it (docs/credits.md, "The window rule")."""
-        period = self.cycle()
-        if period is None:
-            return self.window
-        return min(WINDOW_MAX_FACTOR * self.window, max(self.window, CYCLES_PER_WINDOW * period))
-
-    def set_window(self, seconds: float) -> None:
-        self.window = seconds
-        self.trend.set_history(WINDOW_MAX_FACTOR * seconds)
-
-    def restart(self) -> None:
-        self.net = 0.0
-        self.trend.reset()
-        self.moments.clear()
-        self.onsets.clear()
-        self._below = False
-
-    def forecasts(self, baseline: float, remaining: float, missing: float, exhausted: bool) -> tuple[float, float]:
-        """(seconds to empty, seconds to full) at the net spend rate over the span."""
-        span = self.span()
-        slope = self.trend.slope(span)
-        flat = TREND_FLAT_FRACTION * baseline
-        if slope is None:
-            slope = 0.0
-        if exhausted:
-            exhaustion = 0.0
-        elif remaining <= 0:
-            # Empty without a confirmed clamp (no shaping source): empty unless the traffic is clearly under
-            # the baseline (rule 3's slack keeps the figure from flipping on a rate a hair under it).
-            exhaustion = 0.0 if slope >= -CLAMP_RATE_SLACK * baseline else INF
-        else:
-            # Between the fitted line's crossing and the burst tops'; remaining / slope on a steady drain.
-            exhaustion = (max(0.0, remaining - EXCURSION_WEIGHT * self.trend.excursion(slope, span)) / slope
-                          if slope > flat else INF)
-        exhaustion = self._smoothed(exhaustion, span)
-        if missing <= 0:
-            refill = 0.0
-        else:
-            refill = missing / -slope if slope < -flat else INF
-        return exhaustion, refill
-
-    def _smoothed(self, exhaustion: float, window: float) -> float:
-        """The sooner of `exhaustion` and the median of the empty moments predicted over the last
-        MOMENT_SMOOTHING_FRACTION of the window, as seconds from now; 0 and +Inf pass through and start
-        it anew. O(entries in the span), at most about TREND_MAX_POINTS."""
-        if exhaustion <= 0.0 or math.isinf(exhaustion):
-            self.moments.clear()
-            return exhaustion
-        span = MOMENT_SMOOTHING_FRACTION * window
-        # A sample within the newest entry's slot replaces it (the slot keeps the time it opened), so the
-        # span holds about TREND_MAX_POINTS entries at any sampling rate and window.
-        opened = self.moments[-1][0] if self.moments else -INF
-        if self.clock - opened < MOMENT_SMOOTHING_FRACTION * WINDOW_MAX_FACTOR * self.window / TREND_MAX_POINTS:
-            self.moments[-1] = (opened, self.clock + exhaustion)
-        else:
-            self.moments.append((self.clock, self.clock + exhaustion))
-        while len(self.moments) > 1 and self.moments[0][0] < self.clock - span - 1e-9:
-            self.moments.popleft()
-        moments = sorted(m for _, m in self.moments)
-        mid = len(moments) // 2
-        median = moments[mid] if len(moments) % 2 else (moments[mid - 1] + moments[mid]) / 2
-        return max(0.0, min(exhaustion, median - self.clock))
-
-    # -- persistence (docs/credits.md, "Persistence") ----------------------------------------------------
-    def to_state(self) -> dict[str, Any]:
-        """The points a restart needs to fit its first sample, as (seconds before the newest, net bytes
-        after it), decimated to TREND_SAVED_POINTS, and the cycle's onsets likewise."""
-        pts = self.trend.decimated(TREND_SAVED_POINTS)
-        if not pts:
-            return {}
-        t1, y1 = pts[-1]
-        return {"points": [[round(t1 - t, 2), round(y - y1)] for t, y in pts],
-                "onsets": [round(t1 - t, 2) for t in self.onsets]}
-
-    def restore(self, state: Any, gap: float, moved: Optional[float], baseline: float) -> bool:
-        """Continue the saved history after a gap of `gap` seconds in which `moved` bytes crossed (None:
-        unknowable, the history is dropped): the net spend is exact across it, only its shape within the gap
-        is unknown. False when nothing usable was saved."""
-        self.restart()
-        if not isinstance(state, dict) or moved is None:
-            return False
-        try:
-            pts = [(-float(a), float(v)) for a, v in state.get("points", [])]
-            onsets = [-float(a) for a in state.get("onsets", [])]
-        except (TypeError, ValueError):
-            return False
-        if not pts or any(b[0] < a[0] for a, b in zip(pts, pts[1:])):
-            return False
-        history = self.trend.history
-        pts = [p for p in pts if p[0] >= pts[-1][0] - history]
-        gap = max(0.0, gap)
-        now_y = pts[-1][1] + moved - baseline * gap
-        if gap > 0:
-            pts.append((pts[-1][0] + gap, now_y))
-        shift = self.clock - pts[-1][0]     # the newest point is now, on the bucket's own clock
-        self.net = now_y
-        self.trend.load([(t + shift, y) for t, y in pts])
-        self.onsets.extend(t + shift for t in onsets if t + shift >= self.clock - history)
-        return True
-
-
-@dataclass
 class Bucket:
     """One direction's bucket: its level (the deficit), state, exhaustion evidence, learner and trend.
     `deficit` is the only figure that has to survive a restart."""
@@ -363,6 +183,7 @@ class Bucket:
         else:
             self.state = self._settle(rate, shaped, learn)
         self.evidence.cap(self.bucket)
+        self.forecast.note_level(self.deficit, self.bucket)
         return move
 
     def _settle(self, rate: float, shaped: Optional[bool], learn: bool) -> CreditState:

@@ -59,6 +59,17 @@ class StatSet:
         self.minimum = min(value, self.minimum)
         self.maximum = max(value, self.maximum)
 
+    def merge(self, other: StatSet) -> None:
+        self.count += other.count
+        self.total += other.total
+        self.minimum = min(self.minimum, other.minimum)
+        self.maximum = max(self.maximum, other.maximum)
+
+    def stat(self, statistic: str) -> float:
+        """The set read with a CloudWatch statistic: Minimum, Maximum, Sum, SampleCount or Average."""
+        return {"Minimum": self.minimum, "Maximum": self.maximum, "Sum": self.total,
+                "SampleCount": float(self.count)}.get(statistic, self.total / max(1, self.count))
+
 
 @dataclass(frozen=True)
 class Datum:
@@ -169,20 +180,73 @@ class PeriodAggregator:
         st.add(v)
         return True
 
-    def close(self, now: float, common_dims: Dims = (), force: bool = False) -> list[Datum]:
-        """Datums for every period that ended at or before `now` (every open period with `force`),
-        oldest first; the instance's `common_dims` come first in each datum's dimensions."""
-        resolution = 1 if self.period < 60 else 60
-        out: list[Datum] = []
+    @property
+    def resolution(self) -> int:
+        return 1 if self.period < 60 else 60
+
+    def close_periods(self, now: float, force: bool = False) -> list[tuple[float, dict[SeriesKey, StatSet]]]:
+        """(period start, its statistic sets) for every period that ended at or before `now` (every open
+        period with `force`), oldest first, taken out of the aggregator."""
+        out = []
         for start in sorted(self._open):
             if not force and start + self.period > now:
                 continue
             bucket = self._open.pop(start)
             self._size -= len(bucket)
-            for key, st in bucket.items():
-                out.append(Datum(key.name, key.unit, common_dims + key.dims, start, float(st.count),
-                                 st.total, st.minimum, st.maximum, resolution))
+            out.append((start, bucket))
         return out
+
+    def close(self, now: float, common_dims: Dims = (), force: bool = False) -> list[Datum]:
+        """Datums for every period that ended at or before `now` (every open period with `force`),
+        oldest first; the instance's `common_dims` come first in each datum's dimensions."""
+        return [d for start, bucket in self.close_periods(now, force)
+                for d in instance_datums(start, bucket, common_dims, self.resolution)]
+
+
+def instance_datums(start: float, bucket: dict[SeriesKey, StatSet], common_dims: Dims,
+                    resolution: int) -> list[Datum]:
+    """One instance's period as it is: each series' full statistic set, under the instance's dimensions."""
+    return [Datum(key.name, key.unit, common_dims + key.dims, start, float(st.count), st.total, st.minimum,
+                  st.maximum, resolution) for key, st in bucket.items()]
+
+
+# The metric's own dimensions a group metric leaves out: a peer is another instance, so per group and peer
+# would be a metric per instance again.
+GROUP_DROPS = frozenset({"Peer"})
+
+
+def rollup_datums(start: float, bucket: dict[SeriesKey, StatSet], sets: Iterable[Dims],
+                  rollups: dict[str, str], resolution: int) -> list[Datum]:
+    """One instance's period as its share of each aggregation set's metrics: per series (its Peer merged
+    away), ONE value, the period read with the metric's rollup statistic (`rollups` by name), sent as a
+    statistic set of SampleCount 1. CloudWatch merges the instances' sets: Minimum is the worst instance,
+    SampleCount the instances reporting, Sum of a 0/1 value the instances where it was 1."""
+    merged: dict[SeriesKey, StatSet] = {}
+    for key, st in bucket.items():
+        if key.name not in rollups:
+            continue
+        gkey = SeriesKey(key.name, key.unit, tuple(p for p in key.dims if p[0] not in GROUP_DROPS))
+        into = merged.get(gkey)
+        if into is None:
+            into = merged[gkey] = StatSet()
+        into.merge(st)
+    out = []
+    for dims in sets:
+        for key, st in merged.items():
+            v = st.stat(rollups[key.name])
+            out.append(Datum(key.name, key.unit, dims + key.dims, start, 1.0, v, v, v, resolution))
+    return out
+
+
+def period_stats(bucket: dict[SeriesKey, StatSet]) -> dict[tuple[str, str], dict[str, float]]:
+    """(metric, direction) -> its statistics, for the series with a Direction and no Peer (what the
+    alarm rules read: agent/models/cw_alarms.py)."""
+    out = {}
+    for key, st in bucket.items():
+        dims = dict(key.dims)
+        if "Direction" in dims and "Peer" not in dims:
+            out[(key.name, dims["Direction"])] = {s: st.stat(s) for s in ("Minimum", "Maximum", "Sum")}
+    return out
 
 
 @dataclass

@@ -34,6 +34,9 @@ _STRINGS = ("instance_type", "instance_id", "region", "availability_zone", "meth
             "peak_source", "driver", "driver_version", "agent_version")
 _NUMBERS = ("baseline_bytes_per_second", "peak_bytes_per_second")
 REJECT_REASONS = ("garbage", "foreign")
+# The other allowances learned by the same instance (docs/allowances.md), written after FIELDS (null when not
+# learned) and optional when read: documents of older agents lack them, and older readers ignore them.
+ALLOWANCE_FIELDS: tuple[str, ...] = ("pps_ceiling_packets_per_second", "conntrack_size_entries")
 
 
 class Rejected(Exception):
@@ -56,6 +59,8 @@ class LearnedRecord:
     learned_at: float
     baseline_bytes_per_second: Optional[float]
     key: str
+    pps_ceiling: Optional[float] = None         # ALLOWANCE_FIELDS, when the line has them
+    conntrack_size: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,9 @@ class Consensus:
     outliers: int                # instances rejected as outliers
     spread: float                # (max - min) / median of the kept values
     newest: float                # learned_at of the newest record behind it
+    # The other allowances, by the same rule over the instances that published them (None: too few agree).
+    pps_ceiling: Optional[float] = None
+    conntrack_size: Optional[float] = None
 
 
 # -- keys ----------------------------------------------------------------------------------------------------
@@ -96,14 +104,14 @@ def _finite_positive(value: Any) -> bool:
 def learned_record(**fields: Any) -> dict[str, Any]:
     """The flat record for one learned direction: every field of FIELDS, missing ones null. Raises
     ValueError for an unknown field, a direction other than "in"/"out" or a bucket that is not > 0."""
-    unknown = set(fields) - set(FIELDS)
+    unknown = set(fields) - set(FIELDS) - set(ALLOWANCE_FIELDS)
     if unknown:
         raise ValueError(f"unknown fields {sorted(unknown)}")
     if fields.get("direction") not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, not {fields.get('direction')!r}")
     if not _finite_positive(fields.get("bucket_bytes")):
         raise ValueError(f"bucket_bytes must be a finite number > 0, not {fields.get('bucket_bytes')!r}")
-    out: dict[str, Any] = {name: fields.get(name) for name in FIELDS}
+    out: dict[str, Any] = {name: fields.get(name) for name in (*FIELDS, *ALLOWANCE_FIELDS)}
     out["format"] = FORMAT
     out["bucket_bytes"] = float(out["bucket_bytes"])
     if out["learned_at"] is not None:
@@ -154,6 +162,9 @@ def _check_line(n: int, doc: Any) -> dict[str, Any]:
     count = doc["learned_count"]
     if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
         raise Rejected("garbage", f"line {n}: learned_count is not an integer")
+    for f in ALLOWANCE_FIELDS:
+        if doc.get(f) is not None and not _finite_positive(doc[f]):
+            raise Rejected("garbage", f"line {n}: {f} is not a finite number > 0")
     return doc
 
 
@@ -182,8 +193,10 @@ def parse_object(key: str, body: bytes, instance_type: str) -> list[LearnedRecor
         if doc["instance_type"] != instance_type:
             raise Rejected("foreign", f"line {n} is for {doc['instance_type']!r}, not {instance_type!r}")
         base = doc["baseline_bytes_per_second"]
+        pps, size = doc.get(ALLOWANCE_FIELDS[0]), doc.get(ALLOWANCE_FIELDS[1])
         out.append(LearnedRecord(doc["instance_id"] or fallback_id, doc["direction"], float(doc["bucket_bytes"]),
-                                 float(doc["learned_at"]), float(base) if base is not None else None, key))
+                                 float(doc["learned_at"]), float(base) if base is not None else None, key,
+                                 float(pps) if pps is not None else None, float(size) if size is not None else None))
     if not out:
         raise Rejected("garbage", "no records")
     return out
@@ -214,14 +227,35 @@ def consensus(records: Iterable[LearnedRecord], *, min_instances: int, now: floa
     if not per_instance:
         return None
     values = {iid: statistics.median(r.bucket_bytes for r in rs) for iid, rs in per_instance.items()}
-    mid = statistics.median(values.values())
-    kept = {iid: v for iid, v in values.items() if mid / OUTLIER_FACTOR <= v <= mid * OUTLIER_FACTOR}
+    kept = _agreeing(values)
     if len(kept) < max(1, min_instances):
         return None
     median = statistics.median(kept.values())
     newest = max(r.learned_at for iid in kept for r in per_instance[iid])
     return Consensus(float(median), len(kept), len(values) - len(kept),
-                     (max(kept.values()) - min(kept.values())) / median, newest)
+                     (max(kept.values()) - min(kept.values())) / median, newest,
+                     _allowance(per_instance, "pps_ceiling", min_instances),
+                     _allowance(per_instance, "conntrack_size", min_instances))
+
+
+def _agreeing(values: dict[str, float]) -> dict[str, float]:
+    """The instances whose value lies within OUTLIER_FACTOR of the median of all."""
+    mid = statistics.median(values.values())
+    return {iid: v for iid, v in values.items() if mid / OUTLIER_FACTOR <= v <= mid * OUTLIER_FACTOR}
+
+
+def _allowance(per_instance: dict[str, list[LearnedRecord]], field: str, min_instances: int) -> Optional[float]:
+    """An allowance figure by the bucket's rule: each instance's latest value of `field`, outliers out, the
+    median of the rest when `min_instances` agree."""
+    values = {}
+    for iid, rs in per_instance.items():
+        have = sorted((r for r in rs if getattr(r, field) is not None), key=lambda r: (r.learned_at, r.key))
+        if have:
+            values[iid] = float(getattr(have[-1], field))
+    if not values:
+        return None
+    kept = _agreeing(values)
+    return float(statistics.median(kept.values())) if len(kept) >= max(1, min_instances) else None
 
 
 # -- when to publish ---------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ explains the rule below.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -54,6 +53,14 @@ class PpsReading:
     learned_count: int = 0              # episodes that taught the ceiling
 
 
+def _median(values: deque[float]) -> float:
+    """The median (no `statistics` import: it pulls in decimal, fractions and random, ~0.5 MB of RSS in the
+    resident daemon, which must stay within 1.3x node_exporter's; tests/test_resident_imports.py)."""
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
 def near_ceiling(reading: PpsReading, ratio: float = NEAR_CEILING_RATIO) -> bool:
     """The PpsNearCeiling condition."""
     return reading.headroom_ratio is not None and reading.headroom_ratio >= ratio
@@ -80,6 +87,7 @@ class PpsCeilingModel:
         self.exceeded_total = 0
         self.source = "none"
         self._open = False      # the current episode already counted once
+        self.learn = True       # [allowances] learn = false: count, never learn (restored ceilings stay)
 
     @property
     def ceiling(self) -> Optional[float]:
@@ -94,7 +102,7 @@ class PpsCeilingModel:
         self.exceeded_total += exceeded_increase
         pps = packets / dt if dt > 0 else 0.0
         dropping = exceeded_increase > 0 and exceeded_increase >= MIN_DROP_SHARE * max(packets, 1.0)
-        if dt <= 0 or not dropping or bandwidth_explained:
+        if dt <= 0 or not dropping or bandwidth_explained or not self.learn:
             self._close()
         else:
             self.episode.append(pps)
@@ -105,7 +113,7 @@ class PpsCeilingModel:
                           exceeded_increase > 0 and bandwidth_explained, self.exceeded_total, self.learned_count)
 
     def _update(self) -> None:
-        median = statistics.median(self.episode)
+        median = _median(self.episode)
         if self._open:
             self.candidates[-1] = median     # the open episode's median, refined as it goes on
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from array import array
 from typing import Optional
 
 INF = math.inf
@@ -14,8 +15,6 @@ INF = math.inf
 TREND_MAX_POINTS = 300
 # The fit needs this many points; until the window has filled it uses what it has (since start).
 TREND_MIN_POINTS = 3
-
-_Sums = tuple[float, float, float, float]      # running sums of x, y, x², x·y up to and including a point
 
 
 class SpendTrend:
@@ -31,9 +30,10 @@ class SpendTrend:
     def __init__(self, history: float, max_points: int = TREND_MAX_POINTS) -> None:
         self.max_points = max_points
         self.history = history
-        self._t: list[float] = []
-        self._y: list[float] = []
-        self._sums: list[_Sums] = []
+        # Columns of C doubles (8 bytes a value, a fifth of a list of float objects): the points' times and
+        # values, and the running sums of x, y, x², x·y up to and including each point.
+        self._t, self._y = array("d"), array("d")
+        self._sx, self._sy, self._sxx, self._sxy = array("d"), array("d"), array("d"), array("d")
         self._head = 0                      # index of the oldest point kept (older ones await compaction)
         self._opened = -INF                 # when the newest point's slot started
         self._appends = 0
@@ -55,17 +55,27 @@ class SpendTrend:
         """For callers that fit the whole history (one window): the same as set_history."""
         self.set_history(window)
 
+    def _columns(self) -> tuple[array, array, array, array, array, array]:
+        return self._t, self._y, self._sx, self._sy, self._sxx, self._sxy
+
     def _push(self, t: float, y: float) -> None:
         x, v = t - self._t0, y - self._y0
-        sx, sy, sxx, sxy = self._sums[-1] if self._sums else (0.0, 0.0, 0.0, 0.0)
-        self._t.append(t)
-        self._y.append(y)
-        self._sums.append((sx + x, sy + v, sxx + x * x, sxy + x * v))
+        if self._t:
+            sx, sy, sxx, sxy = self._sx[-1], self._sy[-1], self._sxx[-1], self._sxy[-1]
+        else:
+            sx = sy = sxx = sxy = 0.0
+        for column, value in zip(self._columns(), (t, y, sx + x, sy + v, sxx + x * x, sxy + x * v)):
+            column.append(value)
+
+    def _clear(self) -> None:
+        for column in self._columns():
+            del column[:]
+        self._head = 0
 
     def _compact(self) -> None:
         """Drop the points behind the head and re-sum from the oldest kept one as the new origin."""
         ts, ys = self._t[self._head:], self._y[self._head:]
-        self._t, self._y, self._sums, self._head = [], [], [], 0
+        self._clear()
         self._t0, self._y0 = (ts[0], ys[0]) if ts else (0.0, 0.0)
         for t, y in zip(ts, ys):
             self._push(t, y)
@@ -74,9 +84,8 @@ class SpendTrend:
     def add(self, t: float, y: float) -> None:
         spacing = self.history / self.max_points
         if len(self) and t - self._opened < spacing - 1e-9:
-            self._t.pop()
-            self._y.pop()
-            self._sums.pop()
+            for column in self._columns():
+                column.pop()
         else:
             self._opened = t
             self._appends += 1
@@ -94,10 +103,10 @@ class SpendTrend:
         return max(self._head, min(i, len(self._t) - TREND_MIN_POINTS))
 
     def _window_sums(self, i: int) -> tuple[int, float, float, float, float]:
-        sx, sy, sxx, sxy = self._sums[-1]
-        if i > 0:                           # the running sums start at the list's first point, kept or not
-            ax, ay, axx, axy = self._sums[i - 1]
-            sx, sy, sxx, sxy = sx - ax, sy - ay, sxx - axx, sxy - axy
+        sx, sy, sxx, sxy = self._sx[-1], self._sy[-1], self._sxx[-1], self._sxy[-1]
+        if i > 0:                           # the running sums start at the columns' first point, kept or not
+            k = i - 1
+            sx, sy, sxx, sxy = sx - self._sx[k], sy - self._sy[k], sxx - self._sxx[k], sxy - self._sxy[k]
         return len(self._t) - i, sx, sy, sxx, sxy
 
     def slope(self, window: Optional[float] = None) -> Optional[float]:
@@ -106,7 +115,7 @@ class SpendTrend:
         if len(self) < TREND_MIN_POINTS:
             return None
         n, sx, sy, sxx, sxy = self._window_sums(self._start(self.history if window is None else window))
-        # centred: n·Σx² − (Σx)² loses everything to rounding once the origin is far behind the window
+        # centred: n·Σx² - (Σx)² loses everything to rounding once the origin is far behind the window
         mx = sx / n
         cxx = sxx - mx * sx
         if cxx <= 1e-12 * max(sxx, 1e-300) or cxx <= 0:
@@ -131,8 +140,47 @@ class SpendTrend:
         now = (self._y[-1] - y0) - (mv + slope * ((self._t[-1] - t0) - mx))
         return max(0.0, top - now)
 
+    def crossing(self, slope: float, window: float, period: float, need: float) -> Optional[float]:
+        """Seconds until the net spend has risen by `need` if the traffic repeats its last `period` seconds
+        around the line (of `slope`) fitted over `window`: the line's rise plus the residuals one period back,
+        phase by phase (docs/credits.md, "The window rule"). None without a period of points or a rising
+        line. O(points in one period)."""
+        if need <= 0.0:
+            return 0.0
+        if slope <= 0.0 or period <= 0.0 or len(self) < TREND_MIN_POINTS:
+            return None
+        t_now = self._t[-1]
+        j = bisect.bisect_left(self._t, t_now - period - 1e-9, self._head)
+        if j >= len(self._t) - 2 or self._t[j] - (t_now - period) > 0.25 * period:
+            return None
+        i = self._start(window)
+        n, sx, sy, _, _ = self._window_sums(i)
+        mx, mv = sx / n, sy / n
+        t0, y0 = self._t0, self._y0
+
+        def residual(k: int) -> float:
+            return (self._y[k] - y0) - (mv + slope * ((self._t[k] - t0) - mx))
+
+        now = residual(len(self._t) - 1)
+        # the residual one period back, phase 0 .. period, relative to now's: what each phase adds to the line
+        profile = [(self._t[k] - (t_now - period), residual(k) - now) for k in range(j, len(self._t))]
+        top = max(p for _, p in profile)
+        first = max(0, math.floor((need - top) / (slope * period)))
+        for m in (first, first + 1):
+            base = slope * m * period
+            prev: Optional[tuple[float, float]] = None     # (phase, rise) of the previous point
+            for tb, pb in profile:
+                fb = base + slope * tb + pb
+                if fb >= need:
+                    if prev is None or tb <= prev[0]:
+                        return max(0.0, m * period + tb)
+                    ta, fa = prev
+                    return max(0.0, m * period + ta + (tb - ta) * (need - fa) / (fb - fa))
+                prev = (tb, fb)
+        return None
+
     def reset(self) -> None:
-        self._t, self._y, self._sums, self._head = [], [], [], 0
+        self._clear()
         self._opened = -INF
         self._appends = 0
         self._t0 = self._y0 = 0.0

@@ -56,12 +56,14 @@ DEFAULT_PORT = 5201
 
 @dataclass(frozen=True)
 class Peer:
-    """Someone to probe: `source` is "config" ([probe] peers) or "discovered" (EC2 tags)."""
+    """Someone to probe: `source` is "config" ([probe] peers) or "discovered" (EC2 tags, the S3 registry);
+    `zone` its Availability Zone when discovery knows it (None: configured, taken as this instance's)."""
 
     host: str
     port: int = DEFAULT_PORT
     instance_type: Optional[str] = None
     source: str = "config"
+    zone: Optional[str] = None
 
     @property
     def key(self) -> str:
@@ -129,7 +131,8 @@ class Scheduler:
     bytes of the last hour plus its expected bytes would exceed `hourly_budget_bytes`, when `busy()`
     says something else is using the link (e.g. the responder serving a test), or when its peer is
     backing off after failures. Skipped peers keep their place at the front for the next round. Probes
-    start at least `gap` seconds apart.
+    start at least `gap` seconds apart. Peers in another zone than `zone` get a round's slot only with
+    probability `cross_az_share` (docs/probes.md, "Same-AZ peers").
 
     With `rate` "baseline" each probe is paced at `baseline_bytes_per_second()` split over its streams
     (ProbePlan.bitrate), and its expected bytes are duration x that cap; while the baseline is unknown
@@ -143,7 +146,8 @@ class Scheduler:
                  busy: Callable[[], bool] = lambda: False,
                  clock: Callable[[], float] = time.monotonic, rng: Optional[random.Random] = None,
                  directions: Sequence[str] = PROBE_ORDER, jitter: float = DEFAULT_JITTER,
-                 gap: float = DEFAULT_GAP, rate: str = "baseline") -> None:
+                 gap: float = DEFAULT_GAP, rate: str = "baseline", zone: Optional[str] = None,
+                 cross_az_share: float = 0.0) -> None:
         if interval <= 0 or peers_per_round < 1 or duration <= 0 or not 0 <= jitter < 1:
             raise ValueError("interval and duration must be positive, peers_per_round >= 1, 0 <= jitter < 1")
         _check_directions(directions)
@@ -156,6 +160,8 @@ class Scheduler:
         self.hourly_budget_bytes = hourly_budget_bytes
         self.directions = tuple(directions)
         self.rate = rate
+        self.zone = zone
+        self.cross_az_share = cross_az_share
         self.jitter = jitter
         self.gap = gap
         self._credits = credits
@@ -183,7 +189,8 @@ class Scheduler:
         baseline and busy callables; clock, rng, jitter and gap for tests)."""
         return cls(interval=cfg.interval, peers_per_round=cfg.peers_per_round, duration=cfg.duration,
                    streams=cfg.streams, credit_floor=cfg.credit_floor,
-                   hourly_budget_bytes=cfg.hourly_budget_bytes, directions=cfg.directions, rate=cfg.rate, **kw)
+                   hourly_budget_bytes=cfg.hourly_budget_bytes, directions=cfg.directions, rate=cfg.rate,
+                   cross_az_share=cfg.cross_az_share, **kw)
 
     def reconfigure(self, cfg: ProbeConfig) -> None:
         """Take a reloaded [probe] section's schedule. Peer history, the budget window and the counters carry
@@ -196,7 +203,7 @@ class Scheduler:
         self.interval, self.peers_per_round, self.duration = cfg.interval, cfg.peers_per_round, cfg.duration
         self.streams, self.credit_floor = cfg.streams, cfg.credit_floor
         self.hourly_budget_bytes, self.directions = cfg.hourly_budget_bytes, tuple(cfg.directions)
-        self.rate = cfg.rate
+        self.rate = cfg.rate            # cross_az_share waits for a restart: discovery's zone filter follows it
 
     # -- peers -------------------------------------------------------------------------------------------
     def set_peers(self, peers: Iterable[Peer]) -> None:
@@ -349,17 +356,39 @@ class Scheduler:
             return
         order = sorted(self._peers, key=lambda k: (self._state[k].last_attempt is not None,
                                                     self._state[k].last_attempt or 0.0, self._state[k].rank))
-        chosen: list[str] = []
+        ready: list[str] = []
         for key in order:
             state = self._state[key]
             if state.sit_out > 0:
                 state.sit_out -= 1
-                if len(chosen) < self.peers_per_round:
+                if len(ready) < self.peers_per_round:
                     self._skip("peer_backoff", len(self.directions))
                 continue
-            if len(chosen) < self.peers_per_round:
-                chosen.append(key)
+            ready.append(key)
+        chosen = self._choose(ready)
+        if not chosen and ready:
+            self._skip("no_peers")        # only peers in other zones, and this round is not a cross-AZ one
         self._queue.extend((key, d) for key in chosen for d in self.directions)
+
+    def cross_az(self, peer: Peer) -> bool:
+        """The peer is in another Availability Zone (both zones known)."""
+        return self.zone is not None and peer.zone is not None and peer.zone != self.zone
+
+    def _choose(self, ready: list[str]) -> list[str]:
+        """Up to peers_per_round of `ready` (least recently probed first): each slot goes to a peer in
+        another zone with probability cross_az_share, else to one in this zone. A probe measures this
+        instance's path, and crossing zones changes the path and is billed per GB (docs/probes.md,
+        "Same-AZ peers"), so with the default share of 0 no probe crosses."""
+        same = [k for k in ready if not self.cross_az(self._peers[k])]
+        if self.cross_az_share <= 0:
+            return same[:self.peers_per_round]
+        cross = [k for k in ready if self.cross_az(self._peers[k])]
+        chosen: list[str] = []
+        for _ in range(self.peers_per_round):
+            pool = cross if self.rng.random() < self.cross_az_share else same
+            if pool:
+                chosen.append(pool.pop(0))
+        return chosen
 
     def _gate(self, direction: str, expected: Optional[float]) -> Optional[str]:
         credits = self.credits_now()

@@ -9,12 +9,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from agent.config import ProbeConfig
+from agent.config import FleetConfig, ProbeConfig
 from agent.iperf3.client import ProbeError, ProbeRequest, run_probe
 from agent.iperf3.report import summarize
 from agent.models.probe_cost import stream_bitrate
 from agent.models.profile import GBIT, BandwidthProfile
 from agent.probes.archive import ArchiveStats, S3Archive
+from agent.probes.discovery import own_zone, registry_discovery, tag_discovery
 from agent.probes.scheduler import DEFAULT_PORT, CreditSource, Peer, ProbePlan, Scheduler, parse_peer
 from agent.readers import aws
 
@@ -23,8 +24,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A failed discovery is retried sooner than a good one is refreshed, but not in a tight loop.
+# A failed discovery is retried sooner than a good one is refreshed, but not in a tight loop. The first
+# discovery comes at a random point of the first tenth of this, so a fleet restarted at once spreads its calls.
 DISCOVER_RETRY = 60.0
+# Spread of each discovery around discover_interval (+/- 20 %), as the probe rounds (scheduler.DEFAULT_JITTER).
+DISCOVER_JITTER = 0.2
 # The thread wakes at least this often (stop requests and discovery do not wait for a round).
 MAX_SLEEP = 5.0
 
@@ -61,6 +65,8 @@ class DiscoveryStatus:
     last_success_timestamp: float
     peers: int                      # peers the last good discovery returned
     error: Optional[str] = None
+    successes: int = 0              # discoveries run since start, by result
+    failures: int = 0
 
 
 @dataclass(frozen=True)
@@ -187,7 +193,8 @@ class ProbeService:
         self._thread: Optional[threading.Thread] = None
         self._discovered: tuple[Peer, ...] = ()
         self._discovery: Optional[DiscoveryStatus] = None
-        self._next_discovery = scheduler.clock()
+        self._next_discovery = scheduler.clock() + scheduler.rng.uniform(0.0, min(DISCOVER_RETRY,
+                                                                                 cfg.discover_interval) / 10)
         self._results: dict[tuple[str, str], ProbeResult] = {}
         self._runs: dict[tuple[str, str, str], int] = {}
         with self._lock:
@@ -260,20 +267,28 @@ class ProbeService:
             log.warning("peer discovery failed (%s error), keeping %d discovered peer(s): %s",
                         aws.classify(exc).kind, len(self._discovered), exc)
             last = self._discovery.last_success_timestamp if self._discovery else 0.0
+            ok, failed = self._discovery_counts()
             with self._lock:
-                self._discovery = DiscoveryStatus(False, now_wall, last, len(self._discovered), str(exc))
+                self._discovery = DiscoveryStatus(False, now_wall, last, len(self._discovered), str(exc), ok,
+                                                  failed + 1)
                 self._next_discovery = self.scheduler.clock() + min(DISCOVER_RETRY, self.discover_interval)
             return
         if {p.key for p in found} != {p.key for p in self._discovered}:
             log.info("peer discovery: %d peer(s): %s", len(found), ", ".join(p.key for p in found) or "none")
+        ok, failed = self._discovery_counts()
         with self._lock:
             self._discovered = found
-            self._discovery = DiscoveryStatus(True, now_wall, now_wall, len(found))
+            self._discovery = DiscoveryStatus(True, now_wall, now_wall, len(found), None, ok + 1, failed)
             self.scheduler.set_peers(self.configured + found)
             keep = {p.key for p in self.scheduler.peers}
             self._results = {k: v for k, v in self._results.items() if k[0] in keep}
             self._runs = {k: v for k, v in self._runs.items() if k[0] in keep}
-            self._next_discovery = self.scheduler.clock() + self.discover_interval
+            jitter = self.scheduler.rng.uniform(-DISCOVER_JITTER, DISCOVER_JITTER)
+            self._next_discovery = self.scheduler.clock() + self.discover_interval * (1.0 + jitter)
+
+    def _discovery_counts(self) -> tuple[int, int]:
+        d = self._discovery
+        return (d.successes, d.failures) if d is not None else (0, 0)
 
     def execute(self, plan: ProbePlan) -> ProbeResult:
         """Run one planned probe and record it (the scheduler has marked it in flight)."""
@@ -372,11 +387,13 @@ def _mbit(rate: Optional[float]) -> str:
 
 def build_probe_service(cfg: ProbeConfig, *, responder_port: int, credits: CreditSource,
                         profile: Callable[[], Optional[BandwidthProfile]], busy: Callable[[], bool] = lambda: False,
-                        instance: Optional[InstanceInfo] = None, runner: Runner = run_probe) -> ProbeService:
+                        instance: Optional[InstanceInfo] = None, runner: Runner = run_probe,
+                        fleet: Optional[FleetConfig] = None) -> ProbeService:
     """The service for a [probe] section. `responder_port` is the port of peers named without one (our own
     responder's: a fleet runs one config); `credits` and `profile` return the latest credit readings and
     bandwidth profile; `busy` says when the link is in use otherwise (the responder serving a test);
-    `instance` (discovery's) tells discovery and the archive this instance's VPC, addresses, id and region.
+    `instance` (discovery's) tells discovery and the archive this instance's VPC, zone, addresses, id and
+    region; `fleet` is the [fleet] section, whose bucket holds the peer registry ([probe] registry).
     Imports boto3 only when discovery or the archive is on, and then only when first used."""
     def peak() -> Optional[float]:
         p = profile()
@@ -389,20 +406,20 @@ def build_probe_service(cfg: ProbeConfig, *, responder_port: int, credits: Credi
     sched = Scheduler.from_config(cfg, credits=credits, peak_bytes_per_second=peak,
                                   baseline_bytes_per_second=baseline, busy=busy)
     ident = instance.identity if instance is not None else None
-    enis = instance.enis if instance is not None else []
     region = ident.region if ident is not None else None
     instance_id = ident.instance_id if ident is not None else None
     discover: Optional[Callable[[], Sequence[Peer]]] = None
-    if cfg.discover_tag:
-        from agent.readers import ec2_tags
-
-        tag, endpoint_url = cfg.discover_tag, cfg.discover_endpoint_url
-        vpc_id = enis[0].vpc_id if enis else None
-        self_ips = [ip for e in enis for ip in e.local_ipv4s]
-
-        def discover() -> Sequence[Peer]:
-            found = ec2_tags.discover(tag, vpc_id, region, endpoint_url, instance_id, self_ips)
-            return [Peer(t.private_ip, responder_port, t.instance_type, "discovered") for t in found]
+    if cfg.registry and fleet is not None:
+        own = profile()
+        try:
+            discover = registry_discovery(cfg, fleet, instance, responder_port,
+                                          own.instance_type if own is not None else None)
+            sched.zone = own_zone(instance, registry=True)
+        except ValueError as exc:
+            log.error("peer registry off: %s", exc)
+    elif cfg.discover_tag:
+        discover = tag_discovery(cfg, instance, responder_port)
+        sched.zone = own_zone(instance, registry=False)
 
     archive = None
     a = cfg.archive

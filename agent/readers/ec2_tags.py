@@ -9,8 +9,11 @@ from agent.readers import aws
 
 log = logging.getLogger(__name__)
 
-# DescribeInstances returns up to 1000 instances a page; fewer keeps each response small and quick.
-PAGE_SIZE = 500
+# One discovery is one DescribeInstances page of up to 1,000 instances (the API's most), never more: a
+# paginated, filtered call draws one token from EC2's Describe* bucket (100 tokens, 20/s refill per account
+# and Region; docs/ec2-network-facts.md, "EC2 API request throttling"), and a page holds far more peers than
+# the schedule visits between two discoveries.
+PAGE_SIZE = 1000
 
 
 class TaggedInstance(NamedTuple):
@@ -18,6 +21,7 @@ class TaggedInstance(NamedTuple):
     private_ip: str
     instance_type: Optional[str]
     vpc_id: Optional[str]
+    zone: Optional[str] = None          # Placement.AvailabilityZone
 
 
 def parse_tag_spec(spec: str) -> tuple[str, Optional[str]]:
@@ -30,8 +34,10 @@ def parse_tag_spec(spec: str) -> tuple[str, Optional[str]]:
     return key, (value if sep else None)
 
 
-def describe_filters(tag_key: str, tag_value: Optional[str], vpc_id: Optional[str]) -> list[dict[str, Any]]:
-    """Server-side filters: running, tagged (any value when tag_value is None), in the VPC when known."""
+def describe_filters(tag_key: str, tag_value: Optional[str], vpc_id: Optional[str],
+                     zone: Optional[str] = None) -> list[dict[str, Any]]:
+    """Server-side filters: running, tagged (any value when tag_value is None), in the VPC and the
+    Availability Zone when known."""
     filters: list[dict[str, Any]] = [{"Name": "instance-state-name", "Values": ["running"]}]
     if tag_value is None:
         filters.append({"Name": "tag-key", "Values": [tag_key]})
@@ -39,19 +45,17 @@ def describe_filters(tag_key: str, tag_value: Optional[str], vpc_id: Optional[st
         filters.append({"Name": f"tag:{tag_key}", "Values": [tag_value]})
     if vpc_id:
         filters.append({"Name": "vpc-id", "Values": [vpc_id]})
+    if zone:
+        filters.append({"Name": "availability-zone", "Values": [zone]})
     return filters
 
 
-def read_tagged_instances(client: Any, tag_key: str, tag_value: Optional[str],
-                          vpc_id: Optional[str]) -> list[dict[str, Any]]:
-    """The raw DescribeInstances pages (every page's Reservations list, concatenated)."""
-    reservations: list[dict[str, Any]] = []
-    paginator = client.get_paginator("describe_instances")
-    pages = paginator.paginate(Filters=describe_filters(tag_key, tag_value, vpc_id),
-                               PaginationConfig={"PageSize": PAGE_SIZE})
-    for page in pages:
-        reservations.extend(page.get("Reservations", []))
-    return reservations
+def read_tagged_instances(client: Any, tag_key: str, tag_value: Optional[str], vpc_id: Optional[str],
+                          zone: Optional[str] = None) -> list[dict[str, Any]]:
+    """The raw Reservations of one filtered DescribeInstances page (MaxResults PAGE_SIZE)."""
+    page = client.describe_instances(Filters=describe_filters(tag_key, tag_value, vpc_id, zone),
+                                     MaxResults=PAGE_SIZE)
+    return list(page.get("Reservations", []))
 
 
 def parse_tagged_instances(reservations: Iterable[dict[str, Any]], vpc_id: Optional[str] = None,
@@ -70,20 +74,22 @@ def parse_tagged_instances(reservations: Iterable[dict[str, Any]], vpc_id: Optio
                 continue
             if vpc_id and inst.get("VpcId") != vpc_id:
                 continue
-            found.setdefault(ip, TaggedInstance(iid, ip, inst.get("InstanceType"), inst.get("VpcId")))
+            zone = (inst.get("Placement") or {}).get("AvailabilityZone")
+            found.setdefault(ip, TaggedInstance(iid, ip, inst.get("InstanceType"), inst.get("VpcId"), zone))
     return sorted(found.values(), key=lambda t: tuple(int(x) if x.isdigit() else 0 for x in t.private_ip.split(".")))
 
 
 def discover(tag: str, vpc_id: Optional[str], region: Optional[str], endpoint_url: Optional[str] = None,
              self_instance_id: Optional[str] = None, self_ips: Iterable[str] = (),
-             client: Any = None) -> list[TaggedInstance]:
-    """Tagged running instances in the VPC, excluding this one. Raises on API errors (botocore's
+             client: Any = None, zone: Optional[str] = None) -> list[TaggedInstance]:
+    """Tagged running instances in the VPC (and `zone`, when given), excluding this one: one page. Raises
+    on API errors (botocore's
     ClientError, EndpointConnectionError, NoCredentialsError): the caller keeps its last good list."""
     key, value = parse_tag_spec(tag)
     if client is None:
         client = aws.client("ec2", region, endpoint_url)
-    reservations = read_tagged_instances(client, key, value, vpc_id)
+    reservations = read_tagged_instances(client, key, value, vpc_id, zone)
     peers = parse_tagged_instances(reservations, vpc_id, [self_instance_id] if self_instance_id else [],
                                    self_ips)
-    log.debug("tag=%s vpc=%s: %d peer(s) discovered", tag, vpc_id or "any", len(peers))
+    log.debug("tag=%s vpc=%s zone=%s: %d peer(s) discovered", tag, vpc_id or "any", zone or "any", len(peers))
     return peers

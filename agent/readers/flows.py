@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import socket
@@ -27,6 +28,9 @@ class Flow(NamedTuple):
     state: str              # TCP_STATES name; for UDP, ESTABLISHED (connected) or CLOSE (not)
 
 
+# A host's sockets share few addresses (its own, a handful of peers): caching the conversion makes a read of
+# thousands of sockets several times cheaper in the resident daemon (every [allowances] flows_interval).
+@functools.lru_cache(maxsize=1024)
 def _address(hexaddr: str) -> str:
     """/proc/net hex address -> text. The kernel prints each 32-bit word in host byte order (%08X of a
     __be32 read as a u32, net/ipv4/tcp_ipv4.c get_tcp4_sock, net/ipv6/tcp_ipv6.c get_tcp6_sock)."""
@@ -76,6 +80,7 @@ def parse_proc_net_flows(texts: dict[str, str]) -> list[Flow]:
     return flows
 
 
+@functools.lru_cache(maxsize=1024)
 def is_local(address: str) -> bool:
     """Loopback (and IPv4-mapped loopback) peers never cross an ENI, so AWS never tracks them."""
     try:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar
 
 from agent.config import ResponderConfig
 from agent.iperf3.params import TestParams
 from agent.models.probe_cost import CreditSource, ProfileSource, credit_state
+from agent.models.serving_budget import ServingBudget, responder_budget
 from agent.responder.policy import budget_refusal, check_caps, credit_refusal, expected_bytes
 from agent.responder.stats import ResponderStats
+
+if TYPE_CHECKING:
+    from agent.models.profile import BandwidthProfile
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +45,22 @@ class Admission:
                                      cfg.credit_floor)
             if refusal is not None:
                 raise refusal
-        refusal = budget_refusal(params, expected, self.stats.served.used(), self.stats.served.used(source), cfg)
+        budget = self._budget(cfg, profile)
+        refusal = budget_refusal(params, expected, self.stats.served.used(), self.stats.served.used(source), budget,
+                                 source)
         if refusal is not None:
             raise refusal
+
+    def budget(self, cfg: ResponderConfig) -> ServingBudget:
+        """The hourly budget in force: sized to the profile as it is now, so it follows a reload or the
+        fleet's consensus without the responder being told (docs/probes.md, "Credit guard")."""
+        return self._budget(cfg, self._read("profile", self._profile))
+
+    @staticmethod
+    def _budget(cfg: ResponderConfig, profile: Optional[BandwidthProfile]) -> ServingBudget:
+        if profile is None:
+            return responder_budget(cfg, None, None)
+        return responder_budget(cfg, profile.baseline_bytes_per_second, profile.peak_bytes_per_second)
 
     @staticmethod
     def _read(what: str, source: Optional[Callable[[], T]]) -> Optional[T]:

@@ -14,6 +14,7 @@ from agent.config import ResponderConfig
 from agent.iperf3 import protocol as p
 from agent.iperf3.params import TestParams
 from agent.models.probe_cost import below_floor, crosses_floor, expected_test_bytes, over_budget
+from agent.models.serving_budget import ServingBudget
 from agent.models.units import DIRECTIONS
 
 log = logging.getLogger(__name__)
@@ -227,28 +228,42 @@ def credit_refusal(params: TestParams, credits: Mapping[str, tuple[float, float]
     for d in drained:
         remaining, bucket = credits[d]
         if below_floor(remaining, bucket, floor):
-            return Refused("credit_floor", f"this host's {d}bound burst credit is at {remaining / bucket:.0%} "
-                           f"of its bucket, under the responder's credit_floor {floor:g}", busy=True)
+            return Refused("credit_floor", f"credit floor: this host's {d}bound burst credit is at "
+                           f"{remaining / bucket:.0%} of its bucket, under the responder's credit_floor {floor:g}",
+                           busy=True)
     if expected is not None:
         for d in drained:
             remaining, bucket = credits[d]
             if crosses_floor(remaining, bucket, expected, floor):
-                return Refused("would_cross_floor", f"the test's expected {expected:.0f} bytes would take this "
+                return Refused("would_cross_floor", f"credit floor: this test is expected to move "
+                               f"{gigabytes(expected)}, which would take this "
                                f"host's {d}bound burst credit from {remaining / bucket:.0%} of its bucket to "
                                f"under the responder's credit_floor {floor:g}", busy=True)
     return None
 
 
+def gigabytes(nbytes: float) -> str:
+    """Bytes for a person, in the decimal units the budgets are quoted in: '9.8 GB', '470 MB'."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} bytes"
+
+
 def budget_refusal(params: TestParams, expected: Optional[float], used: Mapping[str, float],
-                   used_by_source: Mapping[str, float], cfg: ResponderConfig) -> Optional[Refused]:
+                   used_by_source: Mapping[str, float], budget: ServingBudget,
+                   source: str = "this source") -> Optional[Refused]:
     """Refused (busy) when the bytes served in the last hour plus the test's expected ones would exceed
-    the hourly budget of a direction it drains, for all sources together or for this source; None to serve."""
+    the hourly budget of a direction it drains, for all sources together or for this source; None to
+    serve. The reason says how much of which budget is spent and what the budget is, so `burstwatch
+    probe` (and the log) can tell an operator why (docs/probes.md, "What a refused client sees")."""
     for d in drained_directions(params):
-        for spent, budget, whose in ((used.get(d, 0.0), cfg.hourly_budget_bytes, "all sources"),
-                                     (used_by_source.get(d, 0.0), cfg.hourly_budget_per_source_bytes,
-                                      "this source")):
-            if over_budget(spent, expected, budget):
-                need = f" + {expected:.0f} expected" if expected else ""
-                return Refused("budget", f"{spent:.0f} bytes served {d} to {whose} in the last hour{need} "
-                               f"exceed the responder's hourly budget of {budget} bytes", busy=True)
+        # The source's own budget first: it is the smaller, so the one a client can act on.
+        for spent, limit, whose, each in ((used_by_source.get(d, 0.0), budget.per_source, source, True),
+                                          (used.get(d, 0.0), budget.total, "all sources", False)):
+            if over_budget(spent, expected, limit):
+                way = "received from" if d == "in" else "sent to"
+                test = f"; this test is expected to move {gigabytes(expected)}" if expected else ""
+                return Refused("budget", f"hourly budget spent: {gigabytes(spent)} of {gigabytes(limit)} {way} "
+                               f"{whose} in the last hour{test} (budget: {budget.describe(each)})", busy=True)
     return None

@@ -81,7 +81,8 @@ class Responder:
         # The credit guard and the hourly budget, fed this host's credits and profile by the wiring.
         self.admission = Admission(self.stats, credits, profile)
         self.stats.allowed = tuple(str(n) for n in self.allow)
-        self.stats.hourly_budget_bytes = cfg.hourly_budget_bytes
+        # The budget in force is sized at each snapshot from the config and profile of that moment.
+        self.stats.budget = lambda: self.admission.budget(self.cfg)
         self.limiter = RateLimiter(cfg.max_tests_per_hour, clock)
         # Every line about one connection goes through here: a flood makes a few lines and a count.
         self.events = LogLimiter(log)
@@ -161,7 +162,6 @@ class Responder:
         self.cfg = cfg
         self.allow = parse_allow(allow)
         self.stats.allowed = tuple(str(n) for n in self.allow)
-        self.stats.hourly_budget_bytes = cfg.hourly_budget_bytes
         self.limiter.per_hour = cfg.max_tests_per_hour
 
     def pending(self) -> int:

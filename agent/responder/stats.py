@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from agent.models.serving_budget import ServingBudget
 from agent.models.units import DIRECTIONS
+
+log = logging.getLogger(__name__)
 
 # credit_floor, would_cross_floor and budget are the credit guard's (docs/probes.md, "Credit guard"):
 # the client is told "busy", as when a test is running.
@@ -32,7 +36,11 @@ class ResponderSnapshot:
     allowed_networks: tuple[str, ...] = ()
     # Bytes served per direction in the last sliding hour (a running test included): what the budget counts.
     served_last_hour: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
-    hourly_budget_bytes: Optional[int] = None   # per direction, all sources ([responder] hourly_budget_bytes)
+    # The hourly budget in force (agent/models/serving_budget.py): per direction, all sources and each
+    # source, and what it was sized from (one of serving_budget.BASES); None without a responder config.
+    hourly_budget_bytes: Optional[int] = None
+    hourly_budget_per_source_bytes: Optional[int] = None
+    hourly_budget_basis: Optional[str] = None
 
 
 # The sliding window of the serving budget.
@@ -73,7 +81,8 @@ class ResponderStats:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self.served = ServedLedger(clock)
-        self.hourly_budget_bytes: Optional[int] = None
+        # The budget in force, asked at each snapshot: it follows the profile (the responder sets it).
+        self.budget: Optional[Callable[[], ServingBudget]] = None
         self.listening = False
         self.connections = 0
         self.tests = {"completed": 0, "aborted": 0}
@@ -106,7 +115,18 @@ class ResponderStats:
             self.last_test = time.time()
             self._live = None
 
+    def current_budget(self) -> Optional[ServingBudget]:
+        """The budget in force, or None when there is none to ask (or asking failed: logged)."""
+        if self.budget is None:
+            return None
+        try:
+            return self.budget()
+        except Exception:
+            log.exception("responder: cannot size the hourly budget")
+            return None
+
     def snapshot(self) -> ResponderSnapshot:
+        budget = self.current_budget()  # outside the lock: it reads the profile through the wiring
         with self._lock:
             live_in = live_out = 0
             if self._live is not None:
@@ -118,4 +138,6 @@ class ResponderStats:
                 bytes={"in": self.bytes["in"] + live_in, "out": self.bytes["out"] + live_out},
                 last_test_timestamp=self.last_test, allowed_networks=self.allowed,
                 served_last_hour={"in": hour["in"] + live_in, "out": hour["out"] + live_out},
-                hourly_budget_bytes=self.hourly_budget_bytes)
+                hourly_budget_bytes=budget.total if budget is not None else None,
+                hourly_budget_per_source_bytes=budget.per_source if budget is not None else None,
+                hourly_budget_basis=budget.basis if budget is not None else None)

@@ -1,4 +1,4 @@
-"""The sampling pipeline: explicit steps per sample (netdev, ethtool, shaping, credits) into an immutable snapshot."""
+"""The sampling pipeline: explicit steps per sample (netdev, ethtool, shaping, credits, allowances) into a snapshot."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
+from agent.models.conntrack import ConntrackReading
 from agent.models.counters import CounterTracker, InterfaceDelta
 from agent.models.credit_model import CreditReading
+from agent.models.pps import PpsReading
 from agent.models.shaping import ShapingReading
 from agent.readers.netdev import NetDevCounters
 from agent.sampling import StepStatus, run_step
+from agent.sampling.allowances import AllowanceReading, AllowancesStep
 from agent.sampling.ethtool import EthtoolStep, InterfaceEthtool
 from agent.sampling.netdev import NetdevStep
 from agent.sampling.shaping import ShapingStep
@@ -37,6 +40,11 @@ class Snapshot:
     ethtool: Optional[dict[str, InterfaceEthtool]] = None
     shaping: Optional[ShapingReading] = None
     credits: Optional[dict[str, CreditReading]] = None
+    # Step 5's models (docs/allowances.md): the conntrack table and the PPS ceiling, and the whole reading
+    # (sources, the table's owners) for status.
+    conntrack: Optional[ConntrackReading] = None
+    pps: Optional[PpsReading] = None
+    allowances: Optional[AllowanceReading] = None
 
 
 class CreditStep(Protocol):
@@ -52,12 +60,13 @@ class Sampler:
 
     def __init__(self, netdev: NetdevStep, rate_window: float,
                  ethtool: Optional[EthtoolStep] = None, shaping: Optional[ShapingStep] = None,
-                 credits: Optional[CreditStep] = None,
+                 credits: Optional[CreditStep] = None, allowances: Optional[AllowancesStep] = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self.netdev = netdev
         self.ethtool = ethtool
         self.shaping = shaping
         self.credits = credits
+        self.allowances = allowances
         self.tracker = CounterTracker(rate_window)
         self.status: dict[str, StepStatus] = {}
         self.clock, self.wall = clock, wall
@@ -86,6 +95,11 @@ class Sampler:
                 credits = self.credits.step(now, deltas, self.tracker, shaping)
             except Exception:
                 log.exception("credit step failed")
+        # 5. allowances: PPS, conntrack and link-local counters (step 2, or the nft lab) into their models.
+        allowances = None
+        if self.allowances is not None:
+            allowances = run_step(self.allowances, self.status, now, deltas, self.tracker.instance_rates(),
+                                  ethtool, shaping)
         self.samples_total += 1
         snap = Snapshot(
             wall_time=self.wall(),
@@ -101,6 +115,9 @@ class Sampler:
             ethtool=ethtool,
             shaping=shaping,
             credits=credits,
+            conntrack=allowances.conntrack if allowances is not None else None,
+            pps=allowances.pps if allowances is not None else None,
+            allowances=allowances,
         )
         self.latest = snap  # one reference swap: scrapes read whole snapshots, never half-updated ones
         return snap

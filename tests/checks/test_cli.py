@@ -40,10 +40,10 @@ def test_table(tmp_path: Path) -> None:
     assert lines[0].split() == ["CHECK", "INTERFACE", "STATUS", "SUMMARY"]
     rows = {ln.split()[0]: ln.split()[2] for ln in lines[1:-2] if ln and not ln.startswith(" ")}
     assert rows == {"driver": "OK", "driver_version": "OK", "queues": "WARN", "rings": "OK", "mtu": "WARN",
-                    "path_mtu": "SKIP", "imds": "SKIP", "fleet_access": "SKIP"}
+                    "path_mtu": "SKIP", "imds": "SKIP", "conntrack": "OK", "linklocal": "OK", "fleet_access": "SKIP"}
     assert any(ln.strip() == "fix: sudo ethtool -L eth0 combined 32" for ln in lines)
     assert any(ln.strip() == "fix: sudo ip link set dev eth0 mtu 8900" for ln in lines)
-    assert lines[-1] == "3 ok, 2 warn, 0 fail, 3 skip; exit 1"
+    assert lines[-1] == "5 ok, 2 warn, 0 fail, 3 skip; exit 1"
     assert code == 1
 
 
@@ -51,12 +51,28 @@ def test_json(tmp_path: Path) -> None:
     code, text = _run("ena-1.5.0g-r4.large", tmp_path, True)
     doc = json.loads(text)
     assert code == doc["exit_code"] == 2
-    assert doc["counts"] == {"ok": 4, "warn": 0, "fail": 1, "skip": 3}
+    assert doc["counts"] == {"ok": 4, "warn": 0, "fail": 1, "skip": 4}
     assert doc["interfaces"] == ["eth0"] and doc["instance"]["instance_type"] == "r4.large"
     by = {(v["check"], v["interface"]): v for v in doc["verdicts"]}
     dv = by[("driver_version", "eth0")]
     assert dv["status"] == "fail" and dv["evidence"]["allowance_counters"] == [] and "modinfo ena" in dv["remedy"]
     assert set(dv) == {"check", "interface", "status", "summary", "evidence", "remedy"}
+    # Issue 23: each check's own seconds, which the daemon's runner exports as burstwatch_check_duration_seconds
+    assert list(doc["durations"]) == doc["checks"] and all(d >= 0 for d in doc["durations"].values())
+
+
+def test_checks_option_runs_only_the_named_checks(tmp_path: Path) -> None:
+    """What the daemon's runner asks its child for: the checks due this round, in registry order."""
+    path = tmp_path / "burstwatch.toml"
+    path.write_text("[imds]\nenabled = false\n")
+    out = io.StringIO()
+    cmd_check(argparse.Namespace(config=str(path), json=True, checks="mtu,driver"),
+              context_factory=lambda cfg: fixture_context("ena-1.5.0g-r4.large", cfg=cfg), out=out)
+    doc = json.loads(out.getvalue())
+    assert [v["check"] for v in doc["verdicts"]] == ["driver", "mtu"] and list(doc["durations"]) == ["driver", "mtu"]
+    bad = subprocess.run([sys.executable, "-m", "agent", "check", "--checks", "driver,nope"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown check nope" in bad.stderr
 
 
 def test_exit_zero_when_all_is_well(tmp_path: Path) -> None:
@@ -65,7 +81,7 @@ def test_exit_zero_when_all_is_well(tmp_path: Path) -> None:
         code, text = _run("ena-2.12.3g-m6i.xlarge", tmp_path, False, config=f'[imds]\nendpoint = "{imds.url}"\n',
                           imds_probe=client.probe)
     assert code == 0, text
-    assert text.splitlines()[-1] == "6 ok, 0 warn, 0 fail, 2 skip; exit 0"
+    assert text.splitlines()[-1] == "8 ok, 0 warn, 0 fail, 2 skip; exit 0"
 
 
 def test_bad_config_is_a_config_error(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The daemon's check service: rounds, the slow path MTU cadence, stop, and the real child-process executor."""
+"""The daemon's check service: rounds, each check's cadence, stop, and the real child-process executor."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 
 from agent import config as configmod
-from agent.checks import CHECKS, is_slow, run_checks
+from agent.checks import CHECKS, DEFAULT_INTERVAL, interval, run_timed
 from agent.checks import runner as runner_module
-from agent.checks.runner import CheckRunner, subprocess_executor
+from agent.checks.runner import CheckRound, CheckRunner, subprocess_executor
 from agent.models.checks import Verdict
 from agent.readers.pmtu import PathMtu, measure_path_mtu
 from tests.checks.helpers import fixture_context
@@ -29,16 +29,30 @@ class Executor:
 
     def __init__(self) -> None:
         self.probes = 0
-        self.rounds: list[bool] = []
+        self.rounds: list[tuple[str, ...]] = []
 
     def prober(self, peer: str) -> PathMtu:
         self.probes += 1
         return measure_path_mtu(peer, timeout=0.5)
 
-    def __call__(self, include_slow: bool) -> list[Verdict]:
-        self.rounds.append(include_slow)
+    def __call__(self, names: Sequence[str]) -> CheckRound:
+        self.rounds.append(tuple(names))
         ctx = fixture_context("ena-2.12.3g-m6i.xlarge", cfg=CFG, path_mtu=self.prober)
-        return run_checks(ctx, [n for n in CHECKS if include_slow or not is_slow(n)])
+        verdicts, durations = run_timed(ctx, [n for n in names if n not in LIVE])
+        return CheckRound(verdicts, {**durations, **{n: 0.0 for n in names if n in LIVE}})
+
+
+# Checks that read this host's live state even on a fixture (conntrack: the host's flows, up to ~1 s on a
+# busy machine); their own tests cover them, and here they would only make the rounds slow.
+LIVE = {"conntrack"}
+
+
+QUICK = tuple(n for n in CHECKS if interval(n) == DEFAULT_INTERVAL)
+
+
+def lab_intervals(scale: float) -> dict[str, float]:
+    """The shipped cadences scaled down: 300 s -> 300 * scale (path MTU and fleet_access keep their ratios)."""
+    return {n: interval(n) * scale for n in CHECKS}
 
 
 def test_rounds_and_slow_cadence() -> None:
@@ -49,19 +63,60 @@ def test_rounds_and_slow_cadence() -> None:
     assert f.probes == 1 and st.runs == 1
     pm = st.by_check("path_mtu")[0]
     assert (pm.interface, pm.status, pm.evidence["path_mtu"]) == ("127.0.0.1", "ok", 65535)
-    assert {v.check for v in st.verdicts} == {"driver", "driver_version", "queues", "rings", "mtu", "path_mtu",
-                                              "imds", "fleet_access"}
+    assert {v.check for v in st.verdicts} == set(CHECKS) - LIVE
     first_pm_time = st.last_run["path_mtu"]
     st = runner.run_once(include_slow=False)
     assert f.probes == 1, "path MTU is not re-measured in a quick round"
     assert st.by_check("path_mtu") == [pm] and st.last_run["path_mtu"] == first_pm_time
     assert st.last_run["driver"] > first_pm_time and st.runs == 2
-    assert f.rounds == [True, False]
+    assert f.rounds == [tuple(CHECKS), QUICK]
+    assert set(st.durations) == set(CHECKS) and all(d >= 0 for d in st.durations.values())
+
+
+def test_each_check_runs_at_its_own_cadence() -> None:
+    """Issue 20: quick checks every 300 s, path MTU every 3600 s, fleet_access daily (86400 s), over two
+    simulated days on the runner's own schedule (its loop wakes at next_due()): path MTU rides along with
+    every 12th quick round and fleet_access with every 288th, never in a child of their own, even when
+    rounds start late."""
+    assert (interval("driver"), interval("path_mtu"), interval("fleet_access")) == (300.0, 3600.0, 86400.0)
+    now = [0.0]
+    rounds: list[tuple[str, ...]] = []
+
+    def executor(names: Sequence[str]) -> CheckRound:
+        rounds.append(tuple(names))
+        return CheckRound([], {n: 0.002 for n in names})
+
+    runner = CheckRunner(executor, clock=lambda: now[0])
+    late = 0
+    for _ in range(2 * 288 + 1):
+        runner.run_round(runner.due(now[0]))
+        late = (late + 7) % 23                # the thread wakes up to 22 s late, as on a loaded host
+        now[0] = runner.next_due() + late
+    assert rounds[0] == tuple(CHECKS) and len(rounds) == 2 * 288 + 1
+    assert all(set(QUICK) <= set(r) for r in rounds), "the quick checks are in every round"
+    assert [i for i, r in enumerate(rounds) if "path_mtu" in r] == list(range(0, len(rounds), 12))
+    assert [i for i, r in enumerate(rounds) if "fleet_access" in r] == [0, 288, 576]
+    assert runner.state.durations["fleet_access"] == 0.002
+
+
+def test_the_thread_runs_each_check_at_its_scaled_cadence() -> None:
+    """The same on the real thread and clock, scaled down 1500 times (0.2 s, 2.4 s, 57.6 s)."""
+    f = Executor()
+    runner = CheckRunner(f, intervals=lab_intervals(1 / 1500))
+    runner.start()
+    deadline = time.monotonic() + 20
+    while sum("path_mtu" in r for r in f.rounds) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    runner.stop(2.0)
+    rounds = list(f.rounds)
+    assert rounds[0] == tuple(CHECKS) and all(set(QUICK) <= set(r) for r in rounds)
+    assert sum("path_mtu" in r for r in rounds) >= 2 and f.probes == sum("path_mtu" in r for r in rounds)
+    assert [i for i, r in enumerate(rounds) if "fleet_access" in r] == [0]
 
 
 def test_thread_starts_runs_and_stops_quickly() -> None:
     f = Executor()
-    runner = CheckRunner(f, interval=0.05, slow_interval=3600)
+    runner = CheckRunner(f, intervals={n: 0.05 if n in QUICK else 3600.0 for n in CHECKS})
     runner.start()
     deadline = time.monotonic() + 10
     while runner.state.runs < 3 and time.monotonic() < deadline:
@@ -77,19 +132,20 @@ def test_a_failing_round_does_not_kill_the_thread() -> None:
     calls = []
     f = Executor()
 
-    def executor(include_slow: bool) -> list[Verdict]:
-        calls.append(include_slow)
+    def executor(names: Sequence[str]) -> list[Verdict]:
+        calls.append(tuple(names))
         if len(calls) == 1:
             raise RuntimeError("`burstwatch check` exited 1: netlink went away")
-        return f(include_slow)
+        return f(names).verdicts
 
-    runner = CheckRunner(executor, interval=0.05)
+    runner = CheckRunner(executor, intervals={n: 0.05 if n in QUICK else 3600.0 for n in CHECKS})
     runner.start()
     deadline = time.monotonic() + 10
     while runner.state.runs < 1 and time.monotonic() < deadline:
         time.sleep(0.02)
     runner.stop(2.0)
     assert len(calls) >= 2 and runner.state.runs >= 1
+    assert calls[1] == tuple(CHECKS), "the failed round's checks are retried, the slow ones included"
 
 
 @pytest.mark.netns
@@ -112,8 +168,12 @@ def test_the_daemon_executor_runs_burstwatch_check_in_a_child(tmp_path: Path) ->
         assert "--ena-support" in drv.remedy            # an ENA-capable type running without ENA
         assert st.by_check("mtu")[0].evidence["mtu"] == 9001
         assert st.by_check("path_mtu") == [] and st.runs == 1     # a quick round leaves path MTU out
+        # Issue 23: the child times each check and the runner keeps it (0 before: the child's time was lost).
+        assert set(st.durations) == set(CHECKS) - {"path_mtu", "fleet_access"}
+        assert all(0 < d < 30 for d in st.durations.values()), st.durations
         st = run_in_ns(a, runner.run_once, timeout=120)
         assert st.by_check("path_mtu")[0].interface == "10.99.0.2" and st.runs == 2
+        assert st.durations["path_mtu"] > 0
 
 
 _POPEN = subprocess.Popen     # the real one: the tests below patch subprocess.Popen (the module is shared)

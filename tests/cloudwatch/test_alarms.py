@@ -48,12 +48,21 @@ def write_config(tmp_path: Path, endpoint: str, extra: str = "") -> Path:
 
 
 def test_alarms_are_created_as_printed(moto: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = write_config(tmp_path, moto, 'dimensions = { Environment = "prod" }\n')
+    cfg = write_config(tmp_path, moto, 'dimensions = { Environment = "prod" }\nper_instance = "always"\n')
     args = parse(["alarms", "--config", str(cfg), "--json", "--apply", "--instance-id", IID,
                   "--instance-type", ITYPE, "--autoscaling-group", "web-asg", "--sns-topic", TOPIC])
     assert cmd_cloudwatch(args) == 0
-    printed = json.loads(capsys.readouterr().out)
-    assert len(printed) == len(ALARMS) * 2 == 6
+    everything = json.loads(capsys.readouterr().out)
+    assert len(everything) == len(ALARMS) * 2 * 2 == 12       # per group, and per instance as configured
+    printed = [a for a in everything if a["AlarmName"].startswith(f"burstwatch-{IID}-")]
+    group = {a["AlarmName"]: a for a in everything if a["AlarmName"].startswith("burstwatch-web-asg-")}
+    assert len(printed) == len(group) == 6
+    # The group's: its worst instance, on the metrics without InstanceId.
+    g = group["burstwatch-web-asg-credit-exhaustion-out"]
+    assert {q["MetricStat"]["Stat"] for q in g["Metrics"] if "MetricStat" in q} == {"Minimum"}
+    assert {tuple((d["Name"], d["Value"]) for d in q["MetricStat"]["Metric"]["Dimensions"])
+            for q in g["Metrics"] if "MetricStat" in q} == {(("AutoScalingGroupName", "web-asg"), ("Direction", "out"))}
+    assert group["burstwatch-web-asg-shaping-in"]["Statistic"] == "Sum"
 
     described = {a["AlarmName"]: a for a in
                  cw_client(moto).describe_alarms(AlarmNamePrefix=f"burstwatch-{IID}-")["MetricAlarms"]}
@@ -115,8 +124,9 @@ def test_text_output_without_apply_creates_nothing(moto: str, tmp_path: Path,
             "meta-data/placement/region": "us-east-1", "meta-data/tags/instance": "Name"}
     assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg)]), imds_get=imds.get) == 0
     out = capsys.readouterr().out
-    assert f"burstwatch-{IID}-credit-exhaustion-in" in out
-    assert ("MIN([Maximum(Burstwatch/CreditExhaustionSeconds), Maximum(Burstwatch/CreditExhaustionTrendSeconds)])"
+    # The defaults: per group, here the instance type (no Auto Scaling group); no per-instance alarms.
+    assert "burstwatch-m5.large-credit-exhaustion-in" in out and IID not in out
+    assert ("MIN([Minimum(Burstwatch/CreditExhaustionSeconds), Minimum(Burstwatch/CreditExhaustionTrendSeconds)])"
             " < 600 over 60s") in out                                            # 1 s data, 60 s alarms
     assert "Minimum(Burstwatch/CreditRemainingRatio) < 0.2" in out
     assert "Sum(Burstwatch/ShapingEvents) > 0" in out
@@ -256,3 +266,25 @@ def test_the_exhaustion_alarm_stays_quiet_for_bursts_averaging_under_the_baselin
     assert not any(_alarm_minutes(w.samples))
     # the instant forecast alone, read as its Minimum, would have paged on the first burst
     assert any(s.reading.exhaustion_seconds < 600 for s in w.samples)
+
+
+def test_group_alarms_watch_the_metrics_the_publisher_sends(moto: str) -> None:
+    """With the defaults (per group, per instance when draining) the group alarms name published metrics."""
+    pub = make_publisher(moto, autoscaling_group="web-asg", per_instance="when_draining",
+                         aggregation_dimensions=None)
+    pub.start()
+    base = math.floor(time.time() / 60) * 60 - 120
+    credits = {d: reading(d, 0.9, 1e6, 1e9) for d in ("in", "out")}
+    pub.observe(snapshot(base, credits, {"in": 1e9, "out": 1e9}, ShapingReading("ethtool", {}, {"in": 0, "out": 0})))
+    pub.observe(snapshot(base + 1, credits, {"in": 1e9, "out": 1e9},
+                         ShapingReading("ethtool", {"in": 0, "out": 0}, {"in": 0, "out": 0})))
+    pub.stop(1.5)
+    listed = {(m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"]))
+              for m in cw_client(moto).list_metrics(Namespace="Burstwatch")["Metrics"]}
+    assert not [m for m in listed if "InstanceId" in dict(m[1])]     # no alarm held: nothing per instance
+    watched = 0
+    for a in alarm_params("Burstwatch", (("AutoScalingGroupName", "web-asg"),), 60, "web-asg", group=True):
+        for m in [q["MetricStat"]["Metric"] for q in a.get("Metrics", []) if "MetricStat" in q] or [a]:
+            assert (m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"])) in listed
+            watched += 1
+    assert watched == 8

@@ -69,7 +69,11 @@ _STARTED: list[CloudWatchPublisher] = []
 
 def make_publisher(endpoint: str, period: int = 60, flush_interval: float = 1.0,
                    **kw: Any) -> CloudWatchPublisher:
-    extra = {k: kw.pop(k) for k in ("include", "dimensions", "backlog") if k in kw}
+    # Per instance, every period, no group metrics: the behaviour these tests pin (per_instance = "always",
+    # aggregation_dimensions = []); the defaults are tested in test_groups.py.
+    extra: dict[str, Any] = {"per_instance": "always", "aggregation_dimensions": []}
+    extra.update({k: kw.pop(k) for k in ("include", "dimensions", "backlog", "per_instance",
+                                         "aggregation_dimensions") if k in kw})
     cfg = dataclasses.replace(CloudWatchConfig(), enabled=True, region="us-east-1", endpoint_url=endpoint,
                               period=period, flush_interval=flush_interval, **extra)
     pub = CloudWatchPublisher(cfg, instance_id=IID, instance_type=ITYPE, **kw)
@@ -511,6 +515,8 @@ def test_autoscaling_group_from_imds_tags_or_describe_tags(moto: str) -> None:
     pub = make_publisher(moto, autoscaling_group=lambda: autoscaling_group_name(iid, None, ec2))
     pub.start()
     base = _feed_past_minute(pub)
+    # (sent at the next 1-s flush; waiting for it, not for a stop's 1.5 s, keeps a loaded host from failing)
+    wait_for(lambda: pub.snapshot().published > 0, 30, "the first publish")
     pub.stop(1.5)
     dims = {tuple((d["Name"], d["Value"]) for d in m["Dimensions"])
             for m in cw_client(moto).list_metrics(Namespace=NS)["Metrics"]}

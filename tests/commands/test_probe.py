@@ -110,7 +110,9 @@ def test_udp_flag(capsys: pytest.CaptureFixture[str]) -> None:
 def test_standalone_responder_serves_iperf3_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
     conf = tmp_path / "burstwatch.toml"
-    conf.write_text('[responder]\nlisten = "127.0.0.1:1"\nallow = ["10.0.0.0/8"]\nmax_duration = 5.0\n')
+    # IMDS off: the subprocess has no conftest guard, and the responder would ask IMDS for its type.
+    conf.write_text('[imds]\nenabled = false\n[responder]\nlisten = "127.0.0.1:1"\nallow = ["10.0.0.0/8"]\n'
+                    'max_duration = 5.0\n')
     script = textwrap.dedent(f"""
         import argparse, sys
         from agent.commands import probe as cli

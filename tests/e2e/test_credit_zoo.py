@@ -76,9 +76,12 @@ def test_bursts_averaging_under_the_baseline_page_nobody(zoo: cz.Zoo) -> None:
 
 
 def test_a_drain_across_a_sigkill_continues_within_5_percent(zoo: cz.Zoo) -> None:
-    """At the default save_interval (5 s): only saving on movement keeps the restart close."""
+    """At the default save_interval (5 s): only saving on movement keeps the restart close; the trend goes on
+    from its saved history."""
     res = cz.restart(zoo, "out")
     assert abs(res.extra["restart-err"]) <= 0.05, res.story()
+    # the trend's history survives the restart: most of its forecasts are right from the first sample on
+    assert res.extra.get("restart-trend", 0.0) >= 0.5, res.story()
     assert res.empty is not None and res.exhausted_samples > 0 and res.false_exhaustions == 0, res.story()
 
 

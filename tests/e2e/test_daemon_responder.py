@@ -1,4 +1,5 @@
-"""The daemon's own responder answers a stock `iperf3 -c`, and its metrics are all documented."""
+"""The daemon's own responder answers a stock `iperf3 -c`, its metrics are all documented, and its hourly budget
+follows the profile across a reload."""
 
 from __future__ import annotations
 
@@ -38,6 +39,44 @@ def test_daemon_responder_serves_iperf3(tmp_path: Path) -> None:
         text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
         assert 'burstwatch_responder_tests_total{result="completed"} 1.0' in text
         assert not undocumented(text), undocumented(text)
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+
+
+def _scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    lines = [ln.rpartition(" ") for ln in text.splitlines() if ln and not ln.startswith("#")]
+    return {name: float(value) for name, _, value in lines}
+
+
+def test_daemon_budget_follows_a_reloaded_profile(tmp_path: Path) -> None:
+    """The daemon's responder sizes its budget to the profile of the moment: an m5.large's figures give 1 %
+    of its refill (3.375 GB); reloaded as a size without a bucket, the budget becomes a fairness limit, 1 %
+    of what its link moves in an hour (docs/probes.md, "Credit guard")."""
+    import signal
+    import time
+
+    mport, rport = free_port(), free_port()
+    responder = {"listen": f"127.0.0.1:{rport}", "allow": ["127.0.0.0/8"]}
+    bursting = {"bandwidth": {"baseline_gbps": 0.75, "peak_gbps": 10.0}}
+    cfg = daemon_config(tmp_path, metrics={"listen": f"127.0.0.1:{mport}"}, responder=responder,
+                        instance=bursting)
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(cfg)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port("127.0.0.1", mport)
+        m = _scrape(mport)
+        assert m["burstwatch_responder_hourly_budget_bytes"] == 3.375e9
+        assert m['burstwatch_responder_hourly_budget_info{basis="refill"}'] == 1
+        daemon_config(tmp_path, metrics={"listen": f"127.0.0.1:{mport}"}, responder=responder,
+                      instance={"bandwidth": {"baseline_gbps": 10.0, "peak_gbps": 10.0}})
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while 'burstwatch_responder_hourly_budget_info{basis="link"}' not in (m := _scrape(mport)):
+            assert time.monotonic() < deadline, "the budget did not follow the reloaded profile"
+            time.sleep(0.1)
+        assert m["burstwatch_responder_hourly_budget_bytes"] == 45e9
     finally:
         proc.terminate()
         assert proc.wait(10) == 0

@@ -228,3 +228,30 @@ def test_current_iperf3_one_way_against_responder(options: list[str]) -> None:
     assert snap.tests == {"completed": 1, "aborted": 0}
     side = "out" if "-R" in options else "in"
     assert snap.bytes[side] > 0 and doc["end"]["sum_received"]["bytes"] > 0
+
+
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+def test_burstwatch_told_busy_by_a_stock_server_says_busy_at_once(version: str) -> None:
+    """A stock `iperf3 -s` sends ACCESS_DENIED and nothing after it: burstwatch's client, which reads a
+    responder's reason after that state, must neither wait for one nor print one (docs/probes.md, "What a
+    refused client sees")."""
+    import subprocess
+    import time
+
+    from agent.iperf3.client import ProbeError
+
+    port = free_port()
+    binary = VERSIONS[version]()
+    with iperf3_server(port, binary=binary):
+        holder = subprocess.Popen([binary, "-c", "127.0.0.1", "-p", str(port), "-t", "3", "-b", "10M"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.8)                     # the holder's test is running
+            t0 = time.monotonic()
+            with pytest.raises(ProbeError) as exc:
+                run_probe(ProbeRequest("127.0.0.1", port, streams=1, duration=1.0))
+            assert time.monotonic() - t0 < 1.5
+        finally:
+            holder.wait(10)
+    assert exc.value.kind == "busy"
+    assert exc.value.reason == "the server is busy running a test (or refused us: access denied)"

@@ -170,6 +170,8 @@ def _publisher(spool_dir: Path, client: FlakyClient, **cfg: Any) -> Any:
     from agent.cloudwatch.publisher import CloudWatchPublisher
     from agent.config import CloudWatchConfig
 
+    # Every period per instance and no group metrics: these tests pin the spool, not the publish policy.
+    cfg = {"per_instance": "always", "aggregation_dimensions": [], **cfg}
     c = dataclasses.replace(CloudWatchConfig(), enabled=True, region="us-east-1", period=60, **cfg)
     return CloudWatchPublisher(c, instance_id="i-0123456789abcdef0", instance_type="m5.large",
                                client_factory=lambda *_a, **_k: client, spool_dir=spool_dir,

@@ -12,6 +12,7 @@ from prometheus_client.process_collector import ProcessCollector
 from agent.checks.runner import CheckState
 from agent.cloudwatch.publisher import PublisherSnapshot
 from agent.discovery import InstanceInfo
+from agent.exporters.allowances import AllowancesView
 from agent.exporters.checks import CheckView
 from agent.exporters.cloudwatch import CloudWatchView
 from agent.exporters.credit_view import CreditView
@@ -24,8 +25,11 @@ from agent.exporters.responder import ResponderView
 from agent.exporters.state import StateView
 from agent.fleet.service import FleetStats
 from agent.models.checks import Verdict
+from agent.models.conntrack import ConntrackReading
 from agent.models.credit_model import CreditReading
 from agent.models.fleet import Consensus
+from agent.models.flows import FlowOwner
+from agent.models.pps import PpsReading
 from agent.models.profile import BandwidthProfile, CardBandwidth
 from agent.models.shaping import ShapingReading
 from agent.probes.archive import ArchiveStats
@@ -35,6 +39,7 @@ from agent.readers.ethtool import DriverInfo
 from agent.readers.imds import Identity, ImdsStats
 from agent.responder.stats import ResponderSnapshot
 from agent.sampling import StepStatus
+from agent.sampling.allowances import AllowanceReading
 from agent.sampling.ethtool import InterfaceEthtool
 from agent.sampling.pipeline import Snapshot
 from agent.writers.spool import SpoolStats
@@ -67,6 +72,14 @@ def snapshot() -> Snapshot:
                     {"eth0": 1}, 0.0025, 42, {"netdev": StepStatus(True, 0.001), "ethtool": StepStatus(False, 0.002)},
                     ethtool={"eth0": ena, "eth1": kernel},
                     shaping=ShapingReading("ethtool", {"in": 3}, {"in": 5, "out": 0}), credits=credits())
+
+
+def allowances() -> AllowanceReading:
+    conntrack = ConntrackReading(True, 1000, 4000.0, "exceeded", 3000.0, 0.75, 1800.0, False, 12, 1)
+    pps = PpsReading(95000.0, 100000.0, "learned", 0.95, False, False, 40, 2)
+    owners = (FlowOwner("tcp", "out", 443, 2500, (("10.0.0.9", 2000),), 3),
+              FlowOwner("udp", "in", 53, 400, (("10.0.0.7", 400),), 1))
+    return AllowanceReading("ena", conntrack, pps, False, True, 2900, owners)
 
 
 def instance() -> InstanceInfo:
@@ -107,7 +120,7 @@ def probes() -> ProbeState:
 def responder() -> ResponderSnapshot:
     return ResponderSnapshot(True, False, 12, {"completed": 3, "aborted": 1}, {"busy": 2, "not_allowed": 1},
                              {"timeout": 1}, {"in": 1000, "out": 2000}, 1.7e9, ("10.0.0.0/8", "127.0.0.1/32"),
-                             {"in": 1000, "out": 2000}, 10**10)
+                             {"in": 1000, "out": 2000}, 10**10, 7_500_000_000, "refill")
 
 
 def fleet() -> FleetStats:
@@ -138,7 +151,7 @@ def views() -> list[Any]:
             CreditView(lambda: snap, lambda: "ethtool", lambda: "restored"),
             EnaView(lambda: snap.ethtool), CheckView(checks), CloudWatchView(lambda: pub),
             StateView(lambda: {"credits.json": 1}, spools), ResponderView(responder), ProbesView(probes),
-            FleetView(fleet)]
+            FleetView(fleet), AllowancesView(allowances)]
 
 
 def registry(process: bool = False) -> CollectorRegistry:

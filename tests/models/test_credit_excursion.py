@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from agent.models import credit_model as cm
+from agent.models import credit_trend as cm
 from agent.models.credit_model import CreditEstimator
 from agent.models.spend_trend import SpendTrend
 from tests.models.credit_world import MBIT, Demand, Shaper, World, idle, on_off, steady
@@ -37,8 +37,9 @@ def errors(weight: float, on: float, off: float, monkeypatch: pytest.MonkeyPatch
     """(share within max(1 s, 15 %), median signed error) of the trend forecasts from 3.5 s into an on/off
     drain to 1 s before empty, at lab scale with a 3-s window."""
     monkeypatch.setattr(cm, "EXCURSION_WEIGHT", weight)
-    # a fixed 3-s window: the excursion is measured on its own (the window rule lengthens it to 4 cycles)
+    # a fixed 3-s window and no cycle replay: the excursion on its own (docs/credits.md, "The window rule")
     monkeypatch.setattr(cm, "CYCLES_PER_WINDOW", 0.0)
+    monkeypatch.setattr(cm, "CYCLE_REPLAY", False)
     w = World(CreditEstimator(BASE, BUCKET, forecast_window=3.0), Shaper(BASE, PEAK, BUCKET))
     w.run(idle(), 4.0)
     start = w.t
@@ -75,7 +76,8 @@ def test_the_moments_median_cuts_the_late_wobble(monkeypatch: pytest.MonkeyPatch
     last third of a window's moments cuts that tail and brings every forecast within the target."""
     def run(fraction: float) -> tuple[float, float]:
         monkeypatch.setattr(cm, "MOMENT_SMOOTHING_FRACTION", fraction)
-        monkeypatch.setattr(cm, "CYCLES_PER_WINDOW", 0.0)     # a fixed window, as above
+        monkeypatch.setattr(cm, "CYCLES_PER_WINDOW", 0.0)     # a fixed window and the line alone, as above
+        monkeypatch.setattr(cm, "CYCLE_REPLAY", False)
         w = World(CreditEstimator(BASE, BUCKET, forecast_window=3.0), Shaper(BASE, PEAK, BUCKET))
         w.run(idle(), 4.0)
         start = w.t

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import pytest
 
 from agent.models.fleet import (
+    ALLOWANCE_FIELDS,
     FIELDS,
     FORMAT,
     MAX_OBJECT_BYTES,
@@ -59,7 +60,7 @@ def test_object_key(prefix: str, itype: str, iid: Optional[str], epoch: float, k
 # -- the document --------------------------------------------------------------------------------------------
 def test_learned_record_has_every_field_in_order_and_nulls() -> None:
     r = learned_record(instance_type="m5.large", direction="in", bucket_bytes=10)
-    assert list(r) == list(FIELDS)
+    assert list(r) == [*FIELDS, *ALLOWANCE_FIELDS]
     assert r["format"] == FORMAT and r["bucket_bytes"] == 10.0 and isinstance(r["bucket_bytes"], float)
     assert r["instance_id"] is None and r["driver"] is None
 
@@ -249,3 +250,27 @@ def test_only_sizes_learned_at_an_exhaustion_are_published() -> None:
     """An unshaped overrun is a growing lower bound, not a measurement (docs/fleet.md, "Publishing")."""
     assert publishable("exhaustion")
     assert not publishable("unshaped_overrun") and not publishable("none")
+
+
+def test_the_other_allowances_ride_with_the_buckets_by_the_same_rule() -> None:
+    """docs/allowances.md: PPS ceilings and conntrack sizes published beside buckets; each instance's latest,
+    outliers out, the median when min_instances agree; documents without them (older agents) still parse."""
+    def line(iid: str, at: float, pps: Optional[float], size: Optional[float]) -> bytes:
+        return encode([learned_record(instance_type="m5.large", instance_id=iid, direction="out", bucket_bytes=3e11,
+                                      learned_at=at, pps_ceiling_packets_per_second=pps,
+                                      conntrack_size_entries=size)])
+    objs = [("i-1", 10.0, 100_000.0, 80_000.0), ("i-1", 20.0, 104_000.0, None), ("i-2", 10.0, 98_000.0, 81_000.0),
+            ("i-3", 10.0, 500_000.0, 79_000.0), ("i-4", 10.0, None, None)]
+    records = [r for iid, at, pps, size in objs
+               for r in parse_object(object_key("p/", "m5.large", iid, at), line(iid, at, pps, size), "m5.large")]
+    c = consensus(records, min_instances=2, now=30.0, max_age_seconds=100.0)
+    assert c is not None and c.instances == 4
+    # PPS: i-1's latest 104k, i-2 98k, i-3 500k an outlier: median of two; conntrack: i-1's only one, 80k
+    assert c.pps_ceiling == 101_000.0 and c.conntrack_size == 80_000.0
+    assert consensus(records, min_instances=3, now=30.0, max_age_seconds=100.0).pps_ceiling is None  # type: ignore[union-attr]
+    old = json.dumps({k: v for k, v in json.loads(line("i-5", 10.0, None, None)).items()
+                      if k not in ALLOWANCE_FIELDS}).encode()
+    assert parse_object(object_key("p/", "m5.large", "i-5", 10.0), old, "m5.large")[0].pps_ceiling is None
+    bad = line("i-6", 10.0, None, None).replace(b'"conntrack_size_entries":null', b'"conntrack_size_entries":-1')
+    with pytest.raises(Rejected):
+        parse_object(object_key("p/", "m5.large", "i-6", 10.0), bad, "m5.large")

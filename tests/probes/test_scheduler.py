@@ -472,3 +472,38 @@ def test_rate_is_validated_and_reloadable() -> None:
     with pytest.raises(ValueError):
         s.reconfigure(ProbeConfig(rate="fast", interval=60.0))
     assert s.rate == "peak" and s.interval == 900.0
+
+
+def zoned(clock: Clock, share: float, k: int = 1) -> Scheduler:
+    s = make(clock, k=k, directions=("out",))
+    s.zone, s.cross_az_share = "use1-az1", share
+    s.set_peers([Peer("10.0.0.2", zone="use1-az1", source="discovered"),
+                 Peer("10.0.1.2", zone="use1-az2", source="discovered"),
+                 Peer("10.0.0.9")])                      # configured: no zone, taken as ours
+    return s
+
+
+def test_same_az_peers_only_by_default() -> None:
+    """docs/probes.md, "Same-AZ peers": with cross_az_share 0 no probe crosses, however many rounds."""
+    clock = Clock()
+    s = zoned(clock, 0.0, k=3)
+    probed = [key for _ in range(50) for key, _ in run_round(s, clock)]
+    assert probed and "10.0.1.2:5201" not in probed
+    assert {"10.0.0.2:5201", "10.0.0.9:5201"} == set(probed)
+
+
+def test_cross_az_share_is_the_share_of_probes_that_cross() -> None:
+    clock = Clock()
+    s = zoned(clock, 0.25)
+    probed = [key for _ in range(2000) for key, _ in run_round(s, clock)]
+    crossed = sum(1 for key in probed if key == "10.0.1.2:5201") / len(probed)
+    assert 0.2 <= crossed <= 0.3
+
+
+def test_only_other_zones_and_no_share_skips_the_round_as_no_peers() -> None:
+    clock = Clock()
+    s = make(clock, directions=("out",))
+    s.zone = "use1-az1"
+    s.set_peers([Peer("10.0.1.2", zone="use1-az2", source="discovered")])
+    assert run_round(s, clock) == []
+    assert s.skipped["no_peers"] == 1

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import pytest
 
-from agent.config import ProbeArchiveConfig, ProbeConfig
+from agent.config import FleetConfig, ProbeArchiveConfig, ProbeConfig
 from agent.discovery import InstanceInfo
 from agent.iperf3.client import ProbeError, ProbeRequest
 from agent.models.profile import GBIT, BandwidthProfile
@@ -244,10 +244,16 @@ def test_discovery_and_archive_end_to_end_through_moto(moto: str) -> None:
     """build_probe_service as the daemon would: peers from EC2 tags, results into S3 (both moto over HTTP)."""
     ec2 = aws.client("ec2", "us-east-1", moto)
     vpc = ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
-    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.40.1.0/24")["Subnet"]["SubnetId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.40.1.0/24",
+                               AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
+    other_az = ec2.create_subnet(VpcId=vpc, CidrBlock="10.40.2.0/24",
+                                 AvailabilityZone="us-east-1b")["Subnet"]["SubnetId"]
     tag = [{"ResourceType": "instance", "Tags": [{"Key": "burstwatch:peer", "Value": "true"}]}]
     me, peer = ec2.run_instances(ImageId="ami-12c6146b", MinCount=2, MaxCount=2, InstanceType="m5.large",
                                  SubnetId=subnet, TagSpecifications=tag)["Instances"]
+    # A tagged instance in another zone: same-AZ peers by default (docs/probes.md, "Same-AZ peers").
+    ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="m5.large",
+                      SubnetId=other_az, TagSpecifications=tag)
     aws.client("s3", "us-east-1", moto).create_bucket(Bucket="results")
     runner = FakeRunner(gbps=9.0)
     cfg = ProbeConfig(hourly_budget_bytes=10**12, discover_tag="burstwatch:peer=true", discover_endpoint_url=moto,
@@ -378,3 +384,25 @@ def test_build_probe_service_caps_at_the_profiles_baseline() -> None:
     svc = build_probe_service(section(rate="peak"), responder_port=5201, credits=lambda: None,
                               profile=lambda: M5, runner=runner)
     assert svc.scheduler.bitrate() is None
+
+
+def test_registry_discovery_as_the_daemon_builds_it(moto: str) -> None:
+    """[probe] registry = true: each agent registers in the [fleet] bucket and finds its zone's agents only
+    (docs/fleet.md, "Peer discovery"); no EC2 call."""
+    aws.client("s3", "us-east-1", moto).create_bucket(Bucket="fleet")
+    fleet = FleetConfig(bucket="fleet", prefix="bw/", region="us-east-1", endpoint_url=moto)
+    cfg = ProbeConfig(registry=True)
+
+    def agent(n: int, zone_id: str) -> Any:
+        ident = Identity(f"i-0{n:016x}", "m5.large", "us-east-1", "us-east-1x", zone_id)
+        eni = Eni("02:00:00:00:00:01", 0, 0, "eni-1", "subnet-1", "vpc-1", ("10.40.0.0/16",), (f"10.40.0.{n}",))
+        info = InstanceInfo(True, ident, [eni], ["eth0"], ["10.40.0.0/16"], None, M5, {})
+        return build_probe_service(cfg, responder_port=5201, credits=lambda: None, profile=lambda: M5,
+                                   instance=info, runner=FakeRunner(), fleet=fleet)
+
+    a, b, c = agent(1, "use1-az1"), agent(2, "use1-az1"), agent(3, "use1-az2")
+    for svc in (b, c, a):
+        svc.refresh_peers()
+    assert [(p.host, p.zone, p.source) for p in a.scheduler.peers] == [("10.40.0.2", "use1-az1", "discovered")]
+    assert a.scheduler.zone == "use1-az1"
+    assert a.snapshot().discovery is not None and a.snapshot().discovery.successes == 1

@@ -18,13 +18,14 @@ from agent.iperf3.client import ProbeError, ProbeRequest, run_probe
 from agent.iperf3.params import TestParams
 from agent.models.credit_model import CreditReading
 from agent.models.profile import GBIT, BandwidthProfile
+from agent.models.serving_budget import ServingBudget
 from agent.responder.policy import budget_refusal, credit_refusal, drained_directions, expected_bytes
 from agent.responder.stats import BUDGET_WINDOW, ServedLedger
 from tests.support.iperf3 import iperf3_client, responder, wait_until
 
 PEAK = 10 * GBIT                # 1.25e9 bytes/s
 BUCKET = 100e9
-CFG = ResponderConfig()         # the shipped defaults: floor 0.5, 10 GB / 5 GB an hour
+CFG = ResponderConfig()         # the shipped defaults: floor 0.5, budgets sized to the profile
 BURSTS = BandwidthProfile("lab.burst", 0.75 * GBIT, PEAK, BUCKET, "config", "config", "config")
 FLAT = BandwidthProfile("lab.flat", PEAK, PEAK, None, "config", "config", "none")   # baseline = peak
 
@@ -87,12 +88,14 @@ def test_no_credit_figures_no_floor() -> None:
 
 
 def test_budget_in_total_and_per_source() -> None:
-    cfg = ResponderConfig(hourly_budget_bytes=100, hourly_budget_per_source_bytes=40)
+    cfg = ServingBudget(100, 40, "config", None)
     fwd = TestParams()
     assert budget_refusal(fwd, 10, {"in": 50}, {"in": 30}, cfg) is None
-    per_source = budget_refusal(fwd, 11, {"in": 50}, {"in": 30}, cfg)
+    per_source = budget_refusal(fwd, 11, {"in": 50}, {"in": 30}, cfg, "10.0.0.5")
     assert per_source is not None and per_source.reason == "budget" and per_source.busy
-    assert "this source" in str(per_source)
+    assert str(per_source) == ("hourly budget spent: 30 bytes of 40 bytes received from 10.0.0.5 in the last hour; "
+                               "this test is expected to move 11 bytes (budget: "
+                               "[responder] hourly_budget_per_source_bytes)")
     total = budget_refusal(fwd, 10, {"in": 95}, {"in": 0}, cfg)
     assert total is not None and "all sources" in str(total)
     # Each direction has its own budget, as each has its own bucket.
@@ -137,7 +140,7 @@ def test_low_outbound_credit_refuses_reverse_tests_as_busy_and_serves_forward_on
     with responder(credits=lambda: state, profile=lambda: BURSTS) as r:
         err = refused(r, reverse=True)
         assert err.kind == "busy"        # not the peer's fault: the scheduler does not back off
-        assert "the server is busy: this host's outbound burst credit is at 30%" in str(err)
+        assert "refused: credit floor: this host's outbound burst credit is at 30%" in str(err)
         out = iperf3_client("127.0.0.1", r.address[1], "-t", "1", "-R")
         assert out.returncode == 1 and "the server is busy running a test" in out.stderr
         probe(r)                          # forward: the inbound bucket is full
@@ -197,7 +200,8 @@ def test_budget_refuses_once_spent_per_source_then_in_total() -> None:
     with responder(hourly_budget_bytes=2**50, hourly_budget_per_source_bytes=1_000_000) as r:
         probe(r, reverse=True)                                   # moves far more than 1 MB on loopback
         err = refused(r, reverse=True)
-        assert err.kind == "busy" and "to this source in the last hour" in str(err)
+        assert err.kind == "busy" and "refused: hourly budget spent: " in str(err)
+        assert "sent to 127.0.0.1 in the last hour (budget: [responder] hourly_budget_per_source_bytes)" in str(err)
         probe(r)                                                 # the inbound direction has its own budget
         other = iperf3_client("127.0.0.1", r.address[1], "-B", "127.0.0.2", "-t", "1", "-R")
         assert other.returncode == 0, other.stderr              # another source has its own budget
@@ -255,6 +259,6 @@ def test_a_bidir_test_is_reckoned_against_both_directions_budgets() -> None:
     with responder(hourly_budget_bytes=2**50, hourly_budget_per_source_bytes=1_000_000) as r:
         probe(r)                                     # fills the inbound budget only
         err = refused(r, bidir=True, streams=1)      # --bidir needs the inbound one too
-        assert err.kind == "busy" and "served in to this source" in str(err)
+        assert err.kind == "busy" and "received from 127.0.0.1" in str(err)
         probe(r, reverse=True)                       # the outbound budget is untouched
         assert r.stats.snapshot().refused["budget"] == 1

@@ -40,7 +40,8 @@ def install_table(lab: Lab, ns: str) -> None:
         lab.run(ns, "nft", "add", "chain", "inet", TABLE, chain, f"{{ type filter hook {hook} priority 0; }}")
 
 
-def add_pps_limiter(lab: Lab, ns: str, rate: int, port: int, burst: Optional[int] = None) -> None:
+def add_pps_limiter(lab: Lab, ns: str, rate: int, port: int, burst: Optional[int] = None,
+                    chain: str = "input") -> None:
     """Drop UDP to `port` above `rate` packets per second; a second rule counts what passed, so drops and
     passed packets come from one `nft list` snapshot (the interface's counters, read a few ms apart from
     nft's at thousands of packets per second, would skew every sample).
@@ -48,17 +49,23 @@ def add_pps_limiter(lab: Lab, ns: str, rate: int, port: int, burst: Optional[int
     The burst defaults to 50 ms of the rate. nft's default, 5 packets, loses the tokens of any gap longer
     than 5/rate between arrivals (2.5 ms at 2,000/s): a sender descheduled for a few ms on a shared machine
     then let through 1,700/s instead of 2,000 in whole samples, and the lab's ceiling was 12 % under its
-    nominal rate. The rate over seconds is still `rate`."""
+    nominal rate. The rate over seconds is still `rate`.
+
+    `chain` "output" limits what this namespace sends: dropped datagrams then never reach the interface, so
+    its own packet counters count only what passed, as an instance's do on EC2 (the daemon's lab,
+    tests/e2e/test_allowance_daemon.py)."""
     burst = burst if burst is not None else max(5, rate // 20)
-    lab.run(ns, "nft", "add", "rule", "inet", TABLE, "input", "udp", "dport", str(port), "limit", "rate", "over",
+    lab.run(ns, "nft", "add", "rule", "inet", TABLE, chain, "udp", "dport", str(port), "limit", "rate", "over",
             f"{rate}/second", "burst", str(burst), "packets", "counter", "drop", "comment", f'"{PPS_COMMENT}"')
-    lab.run(ns, "nft", "add", "rule", "inet", TABLE, "input", "udp", "dport", str(port), "counter",
+    lab.run(ns, "nft", "add", "rule", "inet", TABLE, chain, "udp", "dport", str(port), "counter",
             "comment", f'"{PPS_PASSED_COMMENT}"')
 
 
-def add_conntrack_limiter(lab: Lab, ns: str, limit: int) -> None:
-    """Refuse new connections this namespace opens beyond `limit` live ones."""
-    lab.run(ns, "nft", "add", "rule", "inet", TABLE, "output", "ct", "state", "new", "ct", "count", "over",
+def add_conntrack_limiter(lab: Lab, ns: str, limit: int, daddr: Optional[str] = None) -> None:
+    """Refuse new connections this namespace opens beyond `limit` live ones (towards `daddr` only, when
+    given: a daemon in the namespace is scraped over loopback, and those connections must not count)."""
+    match = ["ip", "daddr", daddr] if daddr else []
+    lab.run(ns, "nft", "add", "rule", "inet", TABLE, "output", *match, "ct", "state", "new", "ct", "count", "over",
             str(limit), "counter", "drop", "comment", f'"{CONNTRACK_COMMENT}"')
 
 

@@ -330,9 +330,10 @@ scrape_configs:
 
 def scale_rules(text: str, minutes: float, for_seconds: int = 0) -> str:
     """The shipped rules with the exhaustion horizon and `for:` durations scaled to the lab."""
-    # `< 600` is the horizon of BurstCreditsRunningOut, the only one in the rules (the header comment names
-    # it too); fail loudly if that changes, or the lab's alert test would run the EC2 horizon and prove nothing.
-    text, n = re.subn(r"(?m)^(?!\s*#)(.*)< 600\b", lambda m: f"{m.group(1)}< {minutes * 60:g}", text)
+    # `) < 600` closes BurstCreditsRunningOut's expression (the sooner of its two forecasts) and is its
+    # horizon; other alerts' horizons (conntrack's) stay as shipped. Fail loudly if that changes, or the lab's
+    # alert test would run the EC2 horizon and prove nothing.
+    text, n = re.subn(r"(?m)^(\s*\)\s*)< 600\b", lambda m: f"{m.group(1)}< {minutes * 60:g}", text)
     if n != 1:
         raise ValueError(f"expected one `< 600` horizon in the rules, found {n}")
     return re.sub(r"for: \d+[smh]", f"for: {for_seconds}s", text)

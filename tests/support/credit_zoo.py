@@ -657,6 +657,14 @@ def restart(zoo: Zoo, d: str, kill_after: float = 1.5, down: float = 0.5) -> Res
     if after:
         first = after[0]
         res.extra["restart-err"] = (first.remaining - rep.tokens_at(first.t)) / zoo.p.bucket
+    if after and res.empty is not None:
+        # the trend from the restart's first sample: its history is saved with the deficit (docs/credits.md,
+        # "Persistence"), so it need not wait for a window of the drain again
+        lo, frac = res.tolerance
+        sel = [r for r in after if r.t <= res.empty - 0.5]
+        if sel:
+            res.extra["restart-trend"] = sum(abs(r.t + r.trend - res.empty) <= max(lo, frac * (res.empty - r.t))
+                                             for r in sel) / len(sel)
     return res
 
 

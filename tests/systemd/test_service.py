@@ -19,6 +19,7 @@ from tests.conftest import wait_until
 from tests.packaging.conftest import Debs
 from tests.support.lab import run_in_ns
 from tests.support.podman import podman
+from tests.support.tls import make_pki
 from tests.systemd.conftest import (
     IPERF3_PORT,
     METRICS_PORT,
@@ -199,6 +200,9 @@ def test_checks_run_as_the_service_user_with_path_mtu(box: Box) -> None:
                     lambda m: sample(m, "burstwatch_check_status", check="path_mtu", interface=PEER,
                                      status="ok") == 1)
     assert (sample(m, "burstwatch_check_runs_total") or 0) >= 1
+    # Issue 23: each check's own time, measured in the child (it was 0 in the daemon before).
+    assert (sample(m, "burstwatch_check_duration_seconds", check="driver") or 0) > 0
+    assert (sample(m, "burstwatch_check_duration_seconds", check="path_mtu") or 0) > 0
     # veth is not ENA: the driver check's honest verdict, proving the ioctl answered (GDRVINFO).
     assert sample(m, "burstwatch_check_status", check="driver", interface="eth0", status="fail") == 1
 
@@ -258,6 +262,61 @@ def test_status_and_check_commands(box: Box, user: str) -> None:
     assert check.returncode in (0, 1, 2) and not journal_problems(check.stderr.decode()), check.stderr[-2000:]
     verdicts = json.loads(check.stdout)["verdicts"]
     assert [v["status"] for v in verdicts if v["check"] == "path_mtu"] == ["ok"]
+
+
+def secured_config(moto: str, hashed: str) -> str:
+    """The tier's conffile with /metrics behind TLS and basic auth (the socket at its default path)."""
+    listen = f'listen = "127.0.0.1:{METRICS_PORT}"\n'
+    return tier_config(moto).replace(listen, listen + 'tls_cert_file = "/etc/burstwatch/tls/cert.pem"\n'
+                                     'tls_key_file = "/etc/burstwatch/tls/key.pem"\n'
+                                     f'basic_auth_users = {{ prometheus = "{hashed}" }}\n')
+
+
+def test_status_reads_the_local_socket_when_metrics_has_tls_and_basic_auth(box: Box, net: Net,
+                                                                            tmp_path_factory: Any) -> None:
+    """Issue 23: `burstwatch status` prints the credit bars, as root and as the service user, against a
+    daemon whose /metrics needs TLS and a password: it reads /run/burstwatch/metrics.sock instead."""
+    bcrypt = pytest.importorskip("bcrypt", reason="python3-bcrypt is missing: `make deps` installs it")
+    pki = make_pki(tmp_path_factory.mktemp("tier-pki"))
+    write(box, "/etc/burstwatch/tls/cert.pem", pki.server_cert.read_text())
+    write(box, "/etc/burstwatch/tls/key.pem", pki.server_key.read_text())
+    box.sh("chown", "root:burstwatch", "/etc/burstwatch/tls/key.pem")
+    box.sh("chmod", "0640", "/etc/burstwatch/tls/key.pem")      # as docs/operations.md says
+    hashed = bcrypt.hashpw(b"tier-secret", bcrypt.gensalt(rounds=4)).decode()
+    write(box, CONFFILE, secured_config(net.moto, hashed))
+    try:
+        box.sh("systemctl", "reset-failed", "burstwatch")
+        box.sh("systemctl", "restart", "burstwatch")
+        box.wait_active()
+        assert box.sh("stat", "-c", "%U:%G %a", "/run/burstwatch").strip() == "burstwatch:burstwatch 750"
+        wait_until(lambda: box.run("test", "-S", "/run/burstwatch/metrics.sock").returncode == 0, 20,
+                   "the daemon's local socket")
+        assert box.sh("stat", "-c", "%U:%G %a %F", "/run/burstwatch/metrics.sock").strip() == \
+            "burstwatch:burstwatch 660 socket"
+        url = f"https://127.0.0.1:{METRICS_PORT}/metrics"
+        code = ["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}"]
+        assert box.sh(*code, url) == "401"
+        assert box.sh(*code, "-u", "prometheus:tier-secret", url) == "200"
+        for user in ("", "burstwatch"):
+            out = box.run("burstwatch", "status", user=user)
+            text = out.stdout.decode()
+            assert out.returncode == 0 and b"Traceback" not in out.stderr, (user, out.stderr[-2000:])
+            bars = [ln for ln in text.splitlines() if ln.lstrip().startswith(("in  [", "out [")) and "#" in ln]
+            assert len(bars) == 2 and "checks: " in text, (user, text)
+        # someone outside the burstwatch group reads nothing, and is told why
+        out = box.run("burstwatch", "status", user="nobody")
+        assert out.returncode == 1 and b"run as root or as a member of the burstwatch group" in out.stderr, \
+            out.stderr[-2000:]
+        assert b"[" not in out.stdout
+        journal = invocation_journal(box)
+        assert "and /run/burstwatch/metrics.sock" in journal and journal_problems(journal) == [], journal
+    finally:
+        write(box, CONFFILE, tier_config(net.moto))
+        box.sh("rm", "-rf", "/etc/burstwatch/tls")      # not the package's: purge would leave /etc/burstwatch
+        box.sh("systemctl", "reset-failed", "burstwatch")
+        box.sh("systemctl", "restart", "burstwatch")
+        box.wait_active()
+        wait_metric(box, "/metrics over plain HTTP again", serving)
 
 
 def test_state_is_written_and_restored_across_a_restart(box: Box) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from agent.models.figures import (
+    allowances,
     cloudwatch,
     credits,
     ena,
@@ -29,7 +30,8 @@ from agent.models.figures import (
     sampling,
     state,
 )
-from agent.models.figures.cloudwatch import *  # noqa: F403 (the table's one door; see the docstring)
+from agent.models.figures.allowances import *  # noqa: F403 (the table's one door; see the docstring)
+from agent.models.figures.cloudwatch import *  # noqa: F403
 from agent.models.figures.credits import *  # noqa: F403
 from agent.models.figures.ena import *  # noqa: F403
 from agent.models.figures.fleet import *  # noqa: F403
@@ -54,7 +56,7 @@ from agent.models.figures.schema import (  # noqa: F401 (part of the door)
 from agent.models.figures.state import *  # noqa: F403
 
 # The sections in the order docs/metrics.md lists them; each section's entries in definition order.
-SECTIONS = (process, sampling, credits, instance, ena, cloudwatch, state, responder, probes, fleet)
+SECTIONS = (process, sampling, credits, instance, ena, allowances, cloudwatch, state, responder, probes, fleet)
 FIGURES: tuple[Figure, ...] = tuple(v for m in SECTIONS for v in vars(m).values() if isinstance(v, Figure))
 BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}
 

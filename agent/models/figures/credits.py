@@ -66,7 +66,9 @@ CREDIT_EXHAUSTION_SECONDS = Figure(
         CloudWatchForm("CreditExhaustionSeconds", "Seconds", "Minimum", "direction", True,
                        "forecast seconds until the bucket is empty at the current rate; 31536000 (a year) stands for "
                        "\"not draining\"",
-                       credit("exhaustion_seconds", cap=EXHAUSTION_CAP_SECONDS)),
+                       credit("exhaustion_seconds", cap=EXHAUSTION_CAP_SECONDS),
+                       # sustained over the period, as the alarm reads it (agent/models/cw_alarms.py)
+                       rollup="Maximum"),
     ),
     status=(StatusForm("exhaustion_seconds"),))
 CREDIT_REFILL_SECONDS = Figure(
@@ -118,7 +120,7 @@ CREDIT_EXHAUSTION_TREND_SECONDS = Figure(
         CloudWatchForm("CreditExhaustionTrendSeconds", "Seconds", "Minimum", "direction", True,
                        "the same at the net spend rate over `[credits] forecast_window` (default 60 s: bursts and "
                        "pauses together, [credits.md](credits.md#two-forecasts)); capped the same way",
-                       credit("exhaustion_trend_seconds", cap=EXHAUSTION_CAP_SECONDS)),
+                       credit("exhaustion_trend_seconds", cap=EXHAUSTION_CAP_SECONDS), rollup="Maximum"),
     ),
     status=(StatusForm("exhaustion_trend_seconds"),))
 CREDIT_REFILL_TREND_SECONDS = Figure(

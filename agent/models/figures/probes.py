@@ -112,8 +112,15 @@ PROBE_PEER_INFO = Figure(
 PROBE_DISCOVERY_SUCCESS = Figure(
     "burstwatch_probe_discovery_success", "gauge", "probes",
     "1 when the last tag discovery (ec2:DescribeInstances) succeeded; on failure the last good list is kept.",
-    doc="1 when the last DescribeInstances call worked (only with `discover_tag`); on failure the last good list is "
-        "kept")
+    doc="1 when the last discovery worked (DescribeInstances with `discover_tag`, S3 with `registry`); on failure "
+        "the last good list is kept")
+PROBE_DISCOVERIES_TOTAL = Figure(
+    "burstwatch_probe_discoveries_total", "counter", "probes",
+    "Peer discoveries run, by result (success or failure): one DescribeInstances page, or the registry's S3 "
+    "listing.",
+    labels=("result",),
+    doc="peer discoveries run, `result` = success or failure: each is one DescribeInstances page (`discover_tag`) "
+        "or one S3 listing of the registry (`registry`); docs/fleet.md, \"Peer discovery\"")
 PROBE_DISCOVERY_LAST_SUCCESS_TIMESTAMP_SECONDS = Figure(
     "burstwatch_probe_discovery_last_success_timestamp_seconds", "gauge", "probes",
     "Unix time of the last successful tag discovery.",

@@ -59,4 +59,14 @@ RESPONDER_SERVED_LAST_HOUR_BYTES = Figure(
 RESPONDER_HOURLY_BUDGET_BYTES = Figure(
     "burstwatch_responder_hourly_budget_bytes", "gauge", "responder",
     "Most bytes served per direction in any sliding hour, all sources together ([responder] hourly_budget_bytes).",
-    doc="`[responder] hourly_budget_bytes` in force (per direction, all sources)")
+    doc="the hourly budget in force (per direction, all sources): `[responder] hourly_budget_bytes`, sized to "
+        "this instance's profile of the moment when `auto`")
+RESPONDER_HOURLY_BUDGET_INFO = Figure(
+    "burstwatch_responder_hourly_budget_info", "gauge", "responder",
+    "What the hourly budget in force was sized from: refill (a share of this size's hourly refill), link (no "
+    "burst bucket: a fairness limit, the same share of what the link moves in an hour), median (size unknown: "
+    "the median burstable size's refill) or config (hourly_budget_bytes in bytes).",
+    labels=("basis",),
+    doc="1, with `basis` the budget was sized from: `refill` (`hourly_budget_share` of this size's hourly refill), "
+        "`link` (no burst bucket: only a fairness limit, the same share of what the link moves in an hour), "
+        "`median` (size unknown: the median burstable size's refill), `config` (bytes given)")

@@ -105,10 +105,18 @@ DirectionReader = Callable[[SnapshotLike, str], Optional[float]]
 @dataclass(frozen=True)
 class CloudWatchForm:
     """How a figure is published to CloudWatch. `per` sets the dimensions beyond the instance's and what
-    `read` takes: "direction" (Direction; read(snapshot, direction), in the sampler thread), "instance"
+    `read` takes: "direction" (Direction; read(snapshot, direction), in the sampler thread), "sample" (none;
+    read(snapshot), an instance-wide figure of the sample such as the allowances'), "instance"
     (none; read(statuses of the latest check verdicts)), "peer" (Peer and Direction; read(probe result)),
     both once per flush in the publisher's thread. `default`: published unless left out; the others need
-    [cloudwatch] include."""
+    [cloudwatch] include.
+
+    Every selected form is published twice over (docs/cloudwatch.md, "Per group, per instance"): per instance
+    (InstanceId, ...: the period's full statistic set) under [cloudwatch] per_instance, and to each aggregation
+    dimension set (no InstanceId; a peer form drops Peer too), where each instance sends ONE value per period:
+    its period reduced by `rollup` (default: `statistic`), as a statistic set of SampleCount 1. CloudWatch
+    merges them, so a group's Minimum is its worst instance, its SampleCount the instances reporting, and the
+    Sum of a 0/1 figure the instances for which it was 1. `statistic` is how to read both."""
 
     name: str
     unit: str
@@ -117,6 +125,12 @@ class CloudWatchForm:
     default: bool
     doc: str
     read: Callable[..., Optional[float]]
+    rollup: str = ""
+
+    @property
+    def rollup_statistic(self) -> str:
+        """What one instance's period reduces to in a group metric: Minimum, Maximum, Sum or Average."""
+        return self.rollup or self.statistic
 
 
 @dataclass(frozen=True)
@@ -153,7 +167,8 @@ class Figure:
     @property
     def unit(self) -> str:
         """The base unit the name ends in (the naming convention: the name says its unit), "" for none."""
-        for unit in ("bytes_per_second", "seconds", "bytes", "ratio", "entries", "datapoints", "objects"):
+        for unit in ("bytes_per_second", "packets_per_second", "seconds", "bytes", "ratio", "entries", "datapoints",
+                     "objects", "flows"):
             if self.family.endswith("_" + unit):
                 return unit
         return ""
