@@ -59,11 +59,16 @@ def serve(cfg: MetricsConfig, path: Path) -> MetricsServer:
     return server
 
 
+# The child runs as another user, who may not reach a venv inside a 0700 clone (CI clones into mktemp -d):
+# the system interpreter is world-executable and the code needs only the standard library.
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
 def connect_as(path: Path, uid: int, gid: int) -> str:
     """Connect to the socket from a child running as uid:gid with no supplementary groups: "ok" or the errno."""
     code = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(sys.argv[1]); print('ok')\n"
             "except OSError as e:\n    print(e.errno)\n")
-    out = subprocess.run([sys.executable, "-c", code, str(path)], user=uid, group=gid, extra_groups=[],
+    out = subprocess.run([SYSTEM_PYTHON, "-c", code, str(path)], user=uid, group=gid, extra_groups=[],
                          capture_output=True, text=True, timeout=30)
     return out.stdout.strip() or out.stderr
 
