@@ -118,6 +118,18 @@ def moto(moto_server: str) -> str:
     return moto_server
 
 
+@pytest.fixture()
+def proxy(moto: str) -> Iterator[Any]:
+    """A ThrottleProxy in front of this test's moto: it can throttle, fail or hold requests on demand."""
+    from tests.support.throttle_proxy import ThrottleProxy
+
+    p = ThrottleProxy(moto)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
 def require_root_tools(*tools: str) -> None:
     """Fail loudly (not skip) when the lab cannot run: make test installs these, so CI must have them."""
     if os.geteuid() != 0:

@@ -6,7 +6,6 @@ import logging
 import math
 import threading
 import time
-from typing import Iterator
 
 import pytest
 
@@ -28,15 +27,6 @@ from tests.support.throttle_proxy import ThrottleProxy
 # The figure, run as is (once, ~40 s of the suite): a scaled-down outage would not show that
 # botocore's backoff, the connection pool and the backlog together ride out half a minute.
 OUTAGE_SECONDS = 30.0
-
-
-@pytest.fixture()
-def proxy(moto: str) -> Iterator[ThrottleProxy]:
-    p = ThrottleProxy(moto)
-    try:
-        yield p
-    finally:
-        p.close()
 
 
 @pytest.mark.slow

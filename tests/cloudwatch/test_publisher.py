@@ -145,15 +145,6 @@ def assert_stats_match(got: dict[float, dict[str, Any]], want: dict[float, tuple
         assert p["Unit"] == unit
 
 
-@pytest.fixture()
-def proxy(moto: str) -> Iterator[ThrottleProxy]:
-    p = ThrottleProxy(moto)
-    try:
-        yield p
-    finally:
-        p.close()
-
-
 # -- the default set arrives as published -------------------------------------------------------
 
 def test_default_set_arrives_with_names_dimensions_units_and_values(moto: str, proxy: ThrottleProxy) -> None:

@@ -10,7 +10,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -56,15 +56,6 @@ def _stats(cw: Any, metric: str, dims: list[dict[str, str]], start: float, end: 
                                     EndTime=datetime.fromtimestamp(end, tz=timezone.utc), Period=PERIOD,
                                     Statistics=["SampleCount", "Sum", "Minimum", "Maximum"])
     return {p["Timestamp"].timestamp(): p for p in resp["Datapoints"]}
-
-
-@pytest.fixture()
-def proxy(moto: str) -> Iterator[ThrottleProxy]:
-    p = ThrottleProxy(moto)
-    try:
-        yield p
-    finally:
-        p.close()
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
