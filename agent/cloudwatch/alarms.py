@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Container, Optional
 
 from agent import config as configmod
 from agent.cloudwatch.dimensions import aggregation_sets, common_dimensions
@@ -31,9 +32,10 @@ def alarm_period(period: int) -> int:
 
 def _condition(spec: AlarmSpec, direction: str, namespace: str, period: int, dims: Any,
                group: bool = False, horizon: float = HORIZON_SECONDS) -> dict[str, Any]:
-    """What an alarm watches and when it fires: shared by PutMetricAlarm and the CloudFormation template,
-    so the two can never disagree. A metric math alarm names its metrics in `Metrics` (MetricDataQuery, the
-    same shape in both), and then may not carry Namespace, MetricName, Dimensions, Statistic or Period.
+    """What an alarm watches and when it fires: the one definition behind every output (the text,
+    `--json`, `--apply`'s PutMetricAlarm calls and the CloudFormation template), so none can disagree.
+    A metric math alarm names its metrics in `Metrics` (MetricDataQuery, the same shape in PutMetricAlarm
+    and CloudFormation), and then may not carry Namespace, MetricName, Dimensions, Statistic or Period.
     A `group` alarm reads the group's metric with the spec's group statistic (its worst instance)."""
     stat = spec.group_statistic if group else spec.statistic
     if spec.math:
@@ -107,57 +109,69 @@ def render_text(alarms: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def cloudformation_template(namespace: str, period: int, extra: dict[str, str],
-                            horizon: float = HORIZON_SECONDS) -> dict[str, Any]:
-    """The same alarms as a CloudFormation template, with InstanceId, InstanceType, AutoScalingGroupName
-    and AlarmTopicArn as parameters; `extra` is [cloudwatch] dimensions."""
-    no_value = {"Ref": "AWS::NoValue"}
-    topic = {"Fn::If": ["HasTopic", [{"Ref": "AlarmTopicArn"}], no_value]}
+def alarm_set(cw: configmod.CloudWatchConfig, dims: Dims, instance_id: str,
+              actions: Optional[list[str]] = None) -> list[dict[str, Any]]:
+    """Every alarm this instance's config calls for, as PutMetricAlarm parameters: the one selection that
+    `--apply` creates and `--json`, the text and `--cloudformation` print. Per group: the metrics every
+    instance of the set publishes to (their worst instance); per instance only where its metrics are always
+    there (docs/cloudwatch.md, "Alarms")."""
+    alarms = []
+    for gdims in aggregation_sets(cw.aggregation_dimensions, dims):
+        label = "-".join(v for _, v in gdims) or "all"
+        alarms += alarm_params(cw.namespace, gdims, cw.period, label, actions, True, cw.alarm_horizon)
+    if cw.per_instance == "always":
+        alarms += alarm_params(cw.namespace, dims, cw.period, instance_id, actions, False, cw.alarm_horizon)
+    return alarms
+
+
+def logical_id(alarm_name: str, taken: Container[str]) -> str:
+    """A CloudFormation logical id for the alarm: alphanumeric only, at most 255 characters (template
+    anatomy, Resources). Two names that differ only in punctuation (`web-asg`, `web.asg`) would meet, so the
+    later one gets a digest of its full name."""
+    base = "".join(p[:1].upper() + p[1:] for p in re.split(r"[^A-Za-z0-9]+", alarm_name) if p)[:240]
+    return base if base not in taken else base + hashlib.sha256(alarm_name.encode()).hexdigest()[:12]
+
+
+def cloudformation_template(alarms: list[dict[str, Any]]) -> dict[str, Any]:
+    """The alarms as a CloudFormation template. AWS::CloudWatch::Alarm's properties carry PutMetricAlarm's
+    names and shapes (MetricDataQuery included), so each resource's Properties are the parameters
+    themselves: the template cannot say anything `--json` and `--apply` do not."""
     resources: dict[str, Any] = {}
-    for spec in ALARMS:
-        for d in DIRECTIONS:
-            dims: list[Any] = [
-                {"Name": "InstanceId", "Value": {"Ref": "InstanceId"}},
-                {"Name": "InstanceType", "Value": {"Ref": "InstanceType"}},
-                {"Fn::If": ["HasGroup", {"Name": "AutoScalingGroupName",
-                                         "Value": {"Ref": "AutoScalingGroupName"}}, no_value]},
-            ]
-            dims += [{"Name": n, "Value": extra[n]} for n in sorted(extra)]
-            dims.append({"Name": "Direction", "Value": d})
-            resources[f"{spec.title}{d.capitalize()}"] = {
-                "Type": "AWS::CloudWatch::Alarm",
-                "Properties": {
-                    "AlarmName": {"Fn::Sub": f"burstwatch-${{InstanceId}}-{spec.slug}-{d}"},
-                    **_condition(spec, d, namespace, period, dims, False, horizon),
-                    "AlarmActions": topic,
-                    "OKActions": topic,
-                },
-            }
+    for a in alarms:
+        resources[logical_id(a["AlarmName"], resources)] = {"Type": "AWS::CloudWatch::Alarm",
+                                                            "Properties": dict(a)}
     return {
         "AWSTemplateFormatVersion": "2010-09-09",
-        "Description": "burstwatch alarms for one instance (burstwatch cloudwatch alarms --cloudformation)",
-        "Parameters": {
-            "InstanceId": {"Type": "String"},
-            "InstanceType": {"Type": "String"},
-            "AutoScalingGroupName": {"Type": "String", "Default": "",
-                                     "Description": "the instance's Auto Scaling group, if it has one"},
-            "AlarmTopicArn": {"Type": "String", "Default": "", "Description": "SNS topic to notify (empty: none)"},
-        },
-        "Conditions": {
-            "HasGroup": {"Fn::Not": [{"Fn::Equals": [{"Ref": "AutoScalingGroupName"}, ""]}]},
-            "HasTopic": {"Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]},
-        },
+        "Description": "burstwatch alarms (burstwatch cloudwatch alarms --cloudformation)",
         "Resources": resources,
     }
 
 
-def cloudformation(namespace: str, period: int, extra: dict[str, str], horizon: float = HORIZON_SECONDS) -> str:
-    """The template as CloudFormation JSON (JSON rather than YAML: the standard library reads it back,
-    so the tests check exactly what an operator deploys)."""
-    return json.dumps(cloudformation_template(namespace, period, extra, horizon), indent=2) + "\n"
+def cloudformation(alarms: list[dict[str, Any]]) -> str:
+    """The template as CloudFormation JSON (JSON rather than YAML: it is YAML too, and the standard library
+    reads it back, so the tests check exactly what an operator deploys)."""
+    return json.dumps(cloudformation_template(alarms), indent=2) + "\n"
 
 
 # -- the command --------------------------------------------------------------------------------
+
+def _instance_dimensions(args: argparse.Namespace, cfg: configmod.Config, imds: Callable[[str], Optional[str]],
+                         tags: Optional[Callable[[str], Optional[str]]], ec2: Callable[[], Any],
+                         ) -> Optional[tuple[str, Dims]]:
+    """(instance id, the dimensions the daemon publishes under), found the way the daemon finds them
+    (`tags` reads IMDS instance tags when IMDS is on, `ec2` makes the DescribeTags client); None when the
+    instance cannot be told."""
+    instance_id = args.instance_id or imds("meta-data/instance-id")
+    instance_type = args.instance_type or cfg.instance.type or imds("meta-data/instance-type")
+    if not instance_id:
+        return None
+    if args.autoscaling_group is not None:
+        asg: Optional[str] = args.autoscaling_group or None
+    else:
+        # The daemon's cached answer when it has one: the same group, and no call on EC2's bucket.
+        asg = autoscaling_group_name(instance_id, tags, ec2, cache=Path(cfg.state_dir) / CACHE_FILE)
+    return instance_id, common_dimensions(instance_id, instance_type, asg, dict(cfg.cloudwatch.dimensions))
+
 
 def cmd_cloudwatch(args: argparse.Namespace, imds_get: Optional[ImdsGet] = None,
                    client_factory: Optional[Callable[..., Any]] = None) -> int:
@@ -167,9 +181,6 @@ def cmd_cloudwatch(args: argparse.Namespace, imds_get: Optional[ImdsGet] = None,
         return EXIT_USAGE
     cfg = configmod.load(args.config)
     cw = cfg.cloudwatch
-    if args.cloudformation:
-        sys.stdout.write(cloudformation(cw.namespace, cw.period, dict(cw.dimensions), cw.alarm_horizon))
-        return EXIT_OK
 
     def imds(path: str) -> Optional[str]:
         if imds_get is None:
@@ -180,31 +191,19 @@ def cmd_cloudwatch(args: argparse.Namespace, imds_get: Optional[ImdsGet] = None,
             log.debug("IMDS %s: %s", path, exc)
             return None
 
-    instance_id = args.instance_id or imds("meta-data/instance-id")
-    instance_type = args.instance_type or cfg.instance.type or imds("meta-data/instance-type")
-    if not instance_id:
+    factory = client_factory or _client
+    region = cw.region or imds("meta-data/placement/region")
+    found = _instance_dimensions(args, cfg, imds, imds if imds_get is not None else None,
+                                 lambda: factory("ec2", region, cfg.instance.ec2_endpoint_url))
+    if found is None:
         print("burstwatch cloudwatch alarms: cannot tell which instance (IMDS unavailable): pass "
               "--instance-id and --instance-type", file=sys.stderr)
         return EXIT_USAGE
-    region = cw.region or imds("meta-data/placement/region")
-    factory = client_factory or _client
-    if args.autoscaling_group is not None:
-        asg: Optional[str] = args.autoscaling_group or None
+    alarms = alarm_set(cw, found[1], found[0], args.sns_topic)
+    if args.cloudformation:
+        sys.stdout.write(cloudformation(alarms))
     else:
-        # The daemon's cached answer when it has one: the same group, and no call on EC2's bucket.
-        asg = autoscaling_group_name(instance_id, imds if imds_get is not None else None,
-                                     lambda: factory("ec2", region, cfg.instance.ec2_endpoint_url),
-                                     cache=Path(cfg.state_dir) / CACHE_FILE)
-    dims = common_dimensions(instance_id, instance_type, asg, dict(cw.dimensions))
-    alarms = []
-    # Per group: the metrics every instance of the set publishes to (their worst instance); per instance
-    # where its metrics are always there (docs/cloudwatch.md, "Alarms").
-    for gdims in aggregation_sets(cw.aggregation_dimensions, dims):
-        label = "-".join(v for _, v in gdims) or "all"
-        alarms += alarm_params(cw.namespace, gdims, cw.period, label, args.sns_topic, True, cw.alarm_horizon)
-    if cw.per_instance == "always":
-        alarms += alarm_params(cw.namespace, dims, cw.period, instance_id, args.sns_topic, False, cw.alarm_horizon)
-    print(json.dumps(alarms, indent=2) if args.json else render_text(alarms))
+        print(json.dumps(alarms, indent=2) if args.json else render_text(alarms))
     if not args.apply:
         return EXIT_OK
     client = factory("cloudwatch", region, cw.endpoint_url)

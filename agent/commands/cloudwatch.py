@@ -26,7 +26,7 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
     fmt = a.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the PutMetricAlarm parameters as JSON")
     fmt.add_argument("--cloudformation", action="store_true",
-                     help="print a CloudFormation template with the same alarms (instance as parameters)")
+                     help="print the same alarms as a CloudFormation template")
     a.add_argument("--instance-id", default=None, help="instance id (default: from IMDS)")
     a.add_argument("--instance-type", default=None,
                    help="instance type (default: [instance] type, else IMDS)")

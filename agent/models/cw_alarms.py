@@ -1,9 +1,10 @@
 """The CloudWatch alarm rules burstwatch ships, and whether one holds on a period's statistics (pure).
 
 One definition serves three readers: `burstwatch cloudwatch alarms` (agent/cloudwatch/alarms.py) turns them
-into PutMetricAlarm calls; the publisher asks `breached()` of each closed period, to send it at once when an
-alarm's condition starts or ends and to publish per-instance metrics only in the hours that need them; the
-cost model (cw_cost.py) counts their alarm metrics."""
+into the alarms it prints, creates with PutMetricAlarm and writes as CloudFormation; the publisher asks
+`breached()` of each closed period, to send it at once when an alarm's condition starts or ends and to
+publish per-instance metrics only in the hours that need them; the cost model (cw_cost.py) counts their
+alarm metrics."""
 
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ class AlarmSpec:
     period reduced by the form's `rollup`, agent/models/figures/schema.py)."""
 
     slug: str
-    title: str                  # CloudFormation logical id stem
     metric: str
     statistic: str
     group_statistic: str
@@ -64,17 +64,17 @@ ALARMS: tuple[AlarmSpec, ...] = (
     # over the period: under the threshold for the whole minute, CloudWatch's form of the rule's `for: 1m`,
     # so a burst of a few seconds from a full bucket pages nobody. A group's is the Minimum over its
     # instances of that same per-instance Maximum (the rollup): its worst instance, in one metric.
-    AlarmSpec("credit-exhaustion", "CreditExhaustion", _cw(F.CREDIT_EXHAUSTION_SECONDS), "Maximum", "Minimum",
+    AlarmSpec("credit-exhaustion", _cw(F.CREDIT_EXHAUSTION_SECONDS), "Maximum", "Minimum",
               "LessThanThreshold", HORIZON_SECONDS, "missing",
               "burstwatch: {direction} burst credits run out within 10 minutes at the current rate or at "
               "the trend",
               math=(("instant", _cw(F.CREDIT_EXHAUSTION_SECONDS)),
                     ("trend", _cw(F.CREDIT_EXHAUSTION_TREND_SECONDS))),
               expression="MIN([instant, trend])", horizon=True),
-    AlarmSpec("credit-low", "CreditLow", _cw(F.CREDIT_REMAINING_RATIO), "Minimum", "Minimum",
+    AlarmSpec("credit-low", _cw(F.CREDIT_REMAINING_RATIO), "Minimum", "Minimum",
               "LessThanThreshold", 0.2, "missing", "burstwatch: {direction} burst credits below 20 % of the bucket"),
     # Missing data here means no shaping counter moved (or no source): not a breach.
-    AlarmSpec("shaping", "Shaping", _cw(F.SHAPING_PACKETS_TOTAL), "Sum", "Sum", "GreaterThanThreshold", 0.0,
+    AlarmSpec("shaping", _cw(F.SHAPING_PACKETS_TOTAL), "Sum", "Sum", "GreaterThanThreshold", 0.0,
               "notBreaching", "burstwatch: the shaper is queueing or dropping {direction} packets now"),
 )
 

@@ -16,9 +16,13 @@ from agent.cloudwatch.alarms import (
     ALARMS,
     alarm_params,
     alarm_period,
+    alarm_set,
     cloudformation,
+    cloudformation_template,
     cmd_cloudwatch,
+    logical_id,
 )
+from agent.cloudwatch.dimensions import common_dimensions
 from agent.commands.cloudwatch import add_arguments
 from agent.models.shaping import ShapingReading
 from tests.cloudwatch.test_publisher import (  # _publishers_end_with_their_test is an autouse fixture
@@ -136,65 +140,168 @@ def test_text_output_without_apply_creates_nothing(moto: str, tmp_path: Path,
 
 def test_no_instance_means_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = write_config(tmp_path, "http://127.0.0.1:9")
-    assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg)])) == 2
-    assert "--instance-id" in capsys.readouterr().err
+    for fmt in ([], ["--cloudformation"]):        # the template names the instance's group too
+        assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg), *fmt])) == 2
+        assert "--instance-id" in capsys.readouterr().err
 
 
 def test_alarm_periods() -> None:
     assert [alarm_period(p) for p in (1, 10, 60, 90, 300)] == [60, 60, 60, 120, 300]
 
 
-def test_cloudformation_template_matches_the_api_alarms() -> None:
-    tpl = json.loads(cloudformation("Burstwatch", 60, {"Environment": "prod"}))
-    resources = tpl["Resources"]
-    api = {a["AlarmName"].replace(f"burstwatch-{IID}-", ""): a
-           for a in alarm_params("Burstwatch", (("InstanceId", IID), ("InstanceType", ITYPE),
-                                                ("Environment", "prod")), 60, IID)}
-    assert len(resources) == len(api) == 6
-    assert set(tpl["Parameters"]) == {"InstanceId", "InstanceType", "AutoScalingGroupName", "AlarmTopicArn"}
-    for res in resources.values():
-        assert res["Type"] == "AWS::CloudWatch::Alarm"
+# -- one selection, three outputs: --json, --apply and --cloudformation -------------------------------------
+
+class _Recorder:
+    """A CloudWatch client that keeps what PutMetricAlarm was asked to create."""
+
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+
+    def put_metric_alarm(self, **params: Any) -> None:
+        self.created.append(params)
+
+
+def _three_outputs(cfg: Path, capsys: pytest.CaptureFixture[str],
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """(what --json prints, what --apply creates, the --cloudformation template) for one config."""
+    argv = ["alarms", "--config", str(cfg), "--instance-id", IID, "--instance-type", ITYPE,
+            "--autoscaling-group", "web-asg", "--sns-topic", TOPIC]
+    assert cmd_cloudwatch(parse([*argv, "--json"])) == 0
+    printed = json.loads(capsys.readouterr().out)
+    rec = _Recorder()
+    assert cmd_cloudwatch(parse([*argv, "--apply"]), client_factory=lambda *_: rec) == 0
+    capsys.readouterr()
+    assert cmd_cloudwatch(parse([*argv, "--cloudformation"])) == 0
+    return printed, rec.created, json.loads(capsys.readouterr().out)
+
+
+def _summary(a: dict[str, Any]) -> tuple[Any, ...]:
+    """What an alarm is, whatever wrote it: name, each metric read (namespace, name, dimensions, statistic,
+    period), the expression, the threshold and the comparison."""
+    if "Metrics" in a:
+        reads = tuple((q["MetricStat"]["Metric"]["Namespace"], q["MetricStat"]["Metric"]["MetricName"],
+                       tuple((d["Name"], d["Value"]) for d in q["MetricStat"]["Metric"]["Dimensions"]),
+                       q["MetricStat"]["Stat"], q["MetricStat"]["Period"]) for q in a["Metrics"] if "MetricStat" in q)
+        (expr,) = [q["Expression"] for q in a["Metrics"] if q.get("ReturnData")]
+    else:
+        reads = ((a["Namespace"], a["MetricName"], tuple((d["Name"], d["Value"]) for d in a["Dimensions"]),
+                  a["Statistic"], a["Period"]),)
+        expr = ""
+    return a["AlarmName"], reads, expr, a["Threshold"], a["ComparisonOperator"], a["EvaluationPeriods"]
+
+
+# config, then the labels the alarm names carry (per group, then per instance where configured)
+SELECTIONS = [
+    ("", ["web-asg"]),                                                               # the defaults
+    ('dimensions = { Environment = "prod" }\nper_instance = "always"\nalarm_horizon = 12.0\n'
+     'aggregation_dimensions = [["AutoScalingGroupName"], ["InstanceType", "Environment"]]\n',
+     ["web-asg", "m5.large-prod", IID]),
+    ('per_instance = "never"\naggregation_dimensions = [[]]\nperiod = 300\n', ["all"]),
+    ('per_instance = "always"\naggregation_dimensions = []\n', [IID]),                  # as before issue 20
+]
+
+
+@pytest.mark.parametrize("extra, labels", SELECTIONS)
+def test_json_apply_and_cloudformation_carry_the_same_alarms(
+        extra: str, labels: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    printed, created, tpl = _three_outputs(write_config(tmp_path, "http://127.0.0.1:9", extra), capsys)
+    templated = [r["Properties"] for r in tpl["Resources"].values()]
+    # the same alarms, parameter for parameter, in the same order
+    assert printed == created == templated
+    assert [_summary(a) for a in printed] == [_summary(a) for a in created] == [_summary(a) for a in templated]
+    # the selection: one set (3 alarms x 2 directions) per label, nothing else
+    assert [a["AlarmName"] for a in templated] == [
+        f"burstwatch-{label}-{spec.slug}-{d}" for label in labels for spec in ALARMS for d in ("in", "out")]
+    assert all(a["AlarmActions"] == a["OKActions"] == [TOPIC] for a in templated)
+
+
+def test_group_alarms_in_the_template_read_the_groups_metrics(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Per group: the metrics without InstanceId, their worst instance; per instance: the instance's own."""
+    _, _, tpl = _three_outputs(write_config(tmp_path, "http://127.0.0.1:9", SELECTIONS[1][0]), capsys)
+    by_name = {r["Properties"]["AlarmName"]: r["Properties"] for r in tpl["Resources"].values()}
+    g = _summary(by_name["burstwatch-web-asg-credit-exhaustion-out"])
+    assert g[1:4] == ((("Burstwatch", "CreditExhaustionSeconds", (("AutoScalingGroupName", "web-asg"),
+                                                                   ("Direction", "out")), "Minimum", 60),
+                       ("Burstwatch", "CreditExhaustionTrendSeconds", (("AutoScalingGroupName", "web-asg"),
+                                                                        ("Direction", "out")), "Minimum", 60)),
+                      "MIN([instant, trend])", 12.0)                       # alarm_horizon is the threshold
+    t = _summary(by_name["burstwatch-m5.large-prod-credit-low-in"])
+    assert t[1] == (("Burstwatch", "CreditRemainingRatio", (("InstanceType", "m5.large"), ("Environment", "prod"),
+                                                            ("Direction", "in")), "Minimum", 60),)
+    i = _summary(by_name[f"burstwatch-{IID}-credit-exhaustion-in"])
+    assert {r[3] for r in i[1]} == {"Maximum"} and all(r[2][0] == ("InstanceId", IID) for r in i[1])
+
+
+# AWS::CloudWatch::Alarm and its MetricDataQuery, MetricStat and Metric property types (CloudFormation
+# resource reference): a key outside these fails the stack.
+CFN_ALARM = {"ActionsEnabled", "AlarmActions", "AlarmDescription", "AlarmName", "ComparisonOperator",
+             "DatapointsToAlarm", "Dimensions", "EvaluateLowSampleCountPercentile", "EvaluationPeriods",
+             "ExtendedStatistic", "InsufficientDataActions", "MetricName", "Metrics", "Namespace", "OKActions",
+             "Period", "Statistic", "Tags", "Threshold", "ThresholdMetricId", "TreatMissingData", "Unit"}
+CFN_QUERY = {"AccountId", "Expression", "Id", "Label", "MetricStat", "Period", "ReturnData"}
+CFN_METRIC_STAT = {"Metric", "Period", "Stat", "Unit"}
+CFN_METRIC = {"Dimensions", "MetricName", "Namespace"}
+SINGLE_METRIC = {"Namespace", "MetricName", "Dimensions", "Statistic", "Period"}
+
+
+def test_the_template_is_valid_cloudformation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read the template as YAML")
+    cfg = write_config(tmp_path, "http://127.0.0.1:9", SELECTIONS[1][0])
+    assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg), "--cloudformation", "--instance-id", IID,
+                                 "--instance-type", ITYPE, "--autoscaling-group", "web-asg"])) == 0
+    text = capsys.readouterr().out
+    tpl = json.loads(text)
+    assert yaml.safe_load(text) == tpl                          # JSON, and the same document as YAML
+    assert set(tpl) == {"AWSTemplateFormatVersion", "Description", "Resources"}
+    assert tpl["AWSTemplateFormatVersion"] == "2010-09-09"
+    assert len(tpl["Resources"]) == 18
+    for lid, res in tpl["Resources"].items():
+        assert re.fullmatch(r"[A-Za-z0-9]{1,255}", lid), lid
+        assert set(res) == {"Type", "Properties"} and res["Type"] == "AWS::CloudWatch::Alarm"
         p = res["Properties"]
-        slug = p["AlarmName"]["Fn::Sub"].replace("burstwatch-${InstanceId}-", "")
-        want = api[slug]
-        condition = set(want) - {"AlarmName", "ActionsEnabled", "AlarmActions", "OKActions"}
-        assert set(p) - {"AlarmName", "AlarmActions", "OKActions"} == condition, slug
-        for key in condition - {"Dimensions", "Metrics"}:
-            assert p[key] == want[key], (slug, key)
-        if "Metrics" in want:
-            assert len(p["Metrics"]) == len(want["Metrics"])
-            pairs = []
-            for got_q, want_q in zip(p["Metrics"], want["Metrics"]):
-                if "MetricStat" in want_q:
-                    pairs.append((got_q["MetricStat"]["Metric"].pop("Dimensions"),
-                                  want_q["MetricStat"]["Metric"].pop("Dimensions")))
-                assert got_q == want_q, slug
-        else:
-            pairs = [(p["Dimensions"], want["Dimensions"])]
-        for dims, want_dims in pairs:
-            assert dims[0] == {"Name": "InstanceId", "Value": {"Ref": "InstanceId"}}
-            assert dims[1] == {"Name": "InstanceType", "Value": {"Ref": "InstanceType"}}
-            assert dims[2]["Fn::If"][0] == "HasGroup"
-            assert dims[3:] == want_dims[2:]   # the extra dimensions, then Direction
-        assert p["AlarmActions"] == {"Fn::If": ["HasTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
-    # every Ref names a parameter or a pseudo parameter, every condition exists
-    refs = set(re.findall(r'"Ref": "([^"]+)"', json.dumps(tpl)))
-    assert refs <= set(tpl["Parameters"]) | {"AWS::NoValue"}
-    conds = set(re.findall(r'"Fn::If": \[\s*"([^"]+)"', json.dumps(tpl)))
-    assert conds == set(tpl["Conditions"])
+        assert set(p) <= CFN_ALARM, (lid, set(p) - CFN_ALARM)
+        if "Metrics" not in p:
+            assert SINGLE_METRIC <= set(p), lid
+            continue
+        # a metric math alarm names its metrics only in Metrics
+        assert not SINGLE_METRIC & set(p), lid
+        assert [q["Id"] for q in p["Metrics"] if q["ReturnData"]] == ["soonest"]
+        for q in p["Metrics"]:
+            assert set(q) <= CFN_QUERY and ("MetricStat" in q) != ("Expression" in q), (lid, q)
+            if "MetricStat" in q:
+                assert set(q["MetricStat"]) <= CFN_METRIC_STAT and set(q["MetricStat"]["Metric"]) <= CFN_METRIC
+    # named for the group (or instance), the alarm and the direction: unique per group
+    assert {"BurstwatchWebAsgCreditExhaustionIn", "BurstwatchM5LargeProdShapingOut",
+            f"Burstwatch{IID.replace('-', '').capitalize()}CreditLowIn"} <= set(tpl["Resources"])
 
 
-def test_docs_carry_the_generated_template() -> None:
+def test_logical_ids_stay_unique_when_names_differ_only_in_punctuation() -> None:
+    alarms = alarm_params("Burstwatch", (("AutoScalingGroupName", "web-asg"),), 60, "web-asg", group=True)
+    alarms += alarm_params("Burstwatch", (("AutoScalingGroupName", "web.asg"),), 60, "web.asg", group=True)
+    resources = cloudformation_template(alarms)["Resources"]
+    assert len(resources) == 12 and all(re.fullmatch(r"[A-Za-z0-9]+", lid) for lid in resources)
+    assert [r["Properties"]["AlarmName"] for r in resources.values()] == [a["AlarmName"] for a in alarms]
+    assert logical_id("burstwatch-web.asg-shaping-in", set()) == "BurstwatchWebAsgShapingIn"
+
+
+def _documented_template() -> str:
+    """The template docs/cloudwatch.md shows: the defaults, for an instance of the group web-asg."""
+    from agent.config import CloudWatchConfig
+
+    return cloudformation(alarm_set(CloudWatchConfig(), common_dimensions(IID, ITYPE, "web-asg", {}), IID))
+
+
+def test_docs_carry_the_generated_template(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = (ROOT / "docs" / "cloudwatch.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```json\n(.*?)```", doc, re.S)
-    assert cloudformation("Burstwatch", 60, {}) in blocks, \
+    assert _documented_template() in blocks, \
         "docs/cloudwatch.md is stale: paste `burstwatch cloudwatch alarms --cloudformation`"
-
-
-def test_cloudformation_flag_prints_the_template(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # and it is what the command prints for that instance
     cfg = write_config(tmp_path, "http://127.0.0.1:9")
-    assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg), "--cloudformation"])) == 0
-    assert capsys.readouterr().out == cloudformation("Burstwatch", 60, {})
+    assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg), "--cloudformation", "--instance-id", IID,
+                                 "--instance-type", ITYPE, "--autoscaling-group", "web-asg"])) == 0
+    assert capsys.readouterr().out == _documented_template()
 
 
 def test_docs_iam_policy_allows_exactly_put_metric_data_in_the_namespace() -> None:
