@@ -12,7 +12,7 @@ MOTO := .venv-moto
 # Debian 12 packages pin (the .rpm bundles the same ones). This machine's image has it under pyenv.
 PY39 ?= $(firstword $(wildcard /root/.pyenv/versions/3.9*/bin/python3.9) $(shell command -v python3.9))
 VENV39 := .venv39
-PIP39 := bcrypt==3.2.2 prometheus_client==0.16.0 psutil==5.9.4 pyroute2==0.7.2 boto3==1.26.27 botocore==1.29.27 tomli==2.0.1 pytest==8.3.4 hypothesis==6.67.1 duckdb==1.1.3
+PIP39 := bcrypt==3.2.2 pyyaml==6.0.1 prometheus_client==0.16.0 psutil==5.9.4 pyroute2==0.7.2 boto3==1.26.27 botocore==1.29.27 tomli==2.0.1 pytest==8.3.4 hypothesis==6.67.1 duckdb==1.1.3
 
 .PHONY: run test lint unit test39 bench packages clean deps test-deps
 

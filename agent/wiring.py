@@ -347,7 +347,7 @@ def _fleet(a: Agent) -> None:
     from agent import __version__
     from agent.exporters.fleet import FleetView
     from agent.fleet.service import FleetService
-    from agent.models.fleet import Consensus, learned_record, publishable
+    from agent.models.fleet import AllowanceConsensus, Consensus, allowance_record, learned_record, publishable
 
     ident = a.instance.identity if a.instance is not None else None
     if a.profile.instance_type is None:
@@ -355,11 +355,13 @@ def _fleet(a: Agent) -> None:
                     "nothing to share or adopt")
         return
 
-    def adopt(consensus: Optional[Consensus]) -> None:
-        if consensus is not None and a.allowances is not None:
+    def adopt_allowances(found: AllowanceConsensus) -> None:
+        if a.allowances is not None:
             # A new instance of the type starts with the fleet's PPS ceiling and conntrack size
             # (docs/allowances.md, "The fleet"); its own learning, restored or new, wins.
-            a.allowances.adopt(consensus.conntrack_size, consensus.pps_ceiling)
+            a.allowances.adopt(found.conntrack_size, found.pps_ceiling)
+
+    def adopt(consensus: Optional[Consensus]) -> None:
         bucket = consensus.bucket_bytes if consensus is not None else None
         if bucket == a.fleet_bucket_bytes:
             return
@@ -372,7 +374,7 @@ def _fleet(a: Agent) -> None:
     fleet = FleetService(a.cfg.fleet, instance_type=a.profile.instance_type,
                          instance_id=ident.instance_id if ident else None,
                          region=a.cfg.fleet.region or (ident.region if ident else None),
-                         state_dir=a.cfg.state_dir, on_consensus=adopt)
+                         state_dir=a.cfg.state_dir, on_consensus=adopt, on_allowances=adopt_allowances)
 
     def learned(directions: dict[str, dict[str, Any]]) -> None:
         directions = {d: v for d, v in directions.items() if publishable(v["learn_method"])}
@@ -393,10 +395,21 @@ def _fleet(a: Agent) -> None:
     assert a.credits is not None
     a.credits.on_learned = learned
     if a.allowances is not None:
-        # A learned PPS ceiling or conntrack size rides with the buckets this agent has learned (the
-        # document's format needs one; docs/allowances.md, "The fleet").
-        credits = a.credits
-        a.allowances.on_learned = lambda: learned(credits.estimator.learned_buckets())
+        # A learned PPS ceiling or conntrack size is published on its own (an allowance line), riding on a
+        # bucket object when one goes out too (docs/allowances.md, "The fleet").
+        allowances = a.allowances
+
+        def learned_allowances() -> None:
+            figures = allowances.learned_figures()
+            if all(v is None for v in figures.values()):
+                return
+            p = a.profile
+            fleet.publish_allowances(allowance_record(
+                **figures, instance_type=p.instance_type, instance_id=ident.instance_id if ident else None,
+                region=ident.region if ident else None,
+                availability_zone=ident.availability_zone if ident else None,
+                learned_at=time.time(), agent_version=__version__))
+        allowances.on_learned = learned_allowances
     a.fleet = fleet
     a.services.append(fleet)
     a.views.append(FleetView(fleet.snapshot))

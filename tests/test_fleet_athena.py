@@ -15,6 +15,8 @@ from agent.models.fleet import (
     FIELDS,
     FORMAT,
     Rejected,
+    allowance_consensus,
+    allowance_record,
     encode,
     learned_record,
     object_key,
@@ -132,10 +134,24 @@ GOOD = [  # (type, instance, [(direction, bytes, learned_at)], baseline): one ob
 ]
 
 
+# Allowance lines (no bucket: docs/fleet.md, "The object"), one object each: (type, instance, PPS ceiling,
+# conntrack size, learned_at). c6in.32xlarge never learns a bucket; its instances only learn allowances.
+ALLOWANCE_ONLY = [
+    ("m5.large", "i-0aaaaaaaaaaaaaaa1", 105_000.0, None, T0 - 40),       # supersedes its bucket lines' 100k PPS
+    ("m5.large", "i-0ccccccccccccccc3", 120_000.0, None, T0 - 60),       # no conntrack size learned
+    ("c6in.32xlarge", "i-0123456789abcde01", 1_500_000.0, 900_000.0, T0 - 7000),    # superseded
+    ("c6in.32xlarge", "i-0123456789abcde01", 2_000_000.0, 1_000_000.0, T0 - 700),
+    ("c6in.32xlarge", "i-0123456789abcde02", 2_200_000.0, 1_100_000.0, T0 - 600),
+    ("c6in.32xlarge", "i-0123456789abcde03", 1_900_000.0, None, T0 - 500),
+]
+
+
 def expected(good: list) -> dict[str, dict[str, Any]]:
-    """The figures the query must print, computed here without SQL."""
+    """The bucket figures the query must print, computed here without SQL (first/last seen over every line)."""
     latest: dict[tuple[str, str, str], tuple[float, float, Optional[float]]] = {}
     seen: dict[str, list[float]] = {}
+    for itype, _iid, _pps, _size, at in ALLOWANCE_ONLY:
+        seen.setdefault(itype, []).append(at)
     for itype, iid, dirs, base in good:
         for d, b, at in dirs:
             seen.setdefault(itype, []).append(at)
@@ -163,6 +179,10 @@ def write_fleet(root: Path) -> dict[str, str]:
     """The good objects, and the ones the query must not count (returned as name -> key)."""
     for itype, iid, dirs, base in GOOD:
         publish(root, [rec(itype, iid, d, b, at, base) for d, b, at in dirs])
+    for itype, iid, pps, size, at in ALLOWANCE_ONLY:
+        publish(root, [allowance_record(instance_type=itype, instance_id=iid, region="us-east-1", learned_at=at,
+                                        pps_ceiling_packets_per_second=pps, conntrack_size_entries=size,
+                                        agent_version="0.x")])
     bad = {}
     # Another type's record placed in m5.large's partition: 100x the bucket, would move every figure.
     foreign = rec("c5.large", "i-0fffffffffffffff6", "out", 33e12, T0 + 500, M5_BASE)
@@ -178,6 +198,14 @@ def write_fleet(root: Path) -> dict[str, str]:
     negative = dict(rec("m5.large", "i-0888888888888888b", "in", 1.0, T0 + 901, M5_BASE), bucket_bytes=-5.0)
     bad["negative"] = object_key(PREFIX, "m5.large", "i-0888888888888888b", T0 + 901)
     put(root, bad["negative"], (json.dumps(negative) + "\n").encode())
+    # An allowance line without any figure, and one with a negative figure: neither kind of line.
+    empty = dict(allowance_record(instance_type="m5.large", instance_id="i-0777777777777777c", learned_at=T0 + 902,
+                                  pps_ceiling_packets_per_second=1.0), pps_ceiling_packets_per_second=None)
+    bad["empty allowance"] = object_key(PREFIX, "m5.large", "i-0777777777777777c", T0 + 902)
+    put(root, bad["empty allowance"], (json.dumps(empty) + "\n").encode())
+    minus = dict(empty, conntrack_size_entries=-9e9, learned_at=T0 + 903)
+    bad["negative allowance"] = object_key(PREFIX, "m5.large", "i-0666666666666666d", T0 + 903)
+    put(root, bad["negative allowance"], (json.dumps(minus) + "\n").encode())
     return bad
 
 
@@ -207,7 +235,8 @@ def test_query_on_duckdb_matches_figures_computed_in_python(tmp_path: Path) -> N
         with pytest.raises(Rejected) as exc:
             parse_object(key, (tmp_path / "BUCKET" / key).read_bytes(), "m5.large")
         reasons[name] = exc.value.reason
-    assert reasons == {"foreign": "foreign", "garbage": "garbage", "format": "garbage", "negative": "garbage"}
+    assert reasons == {"foreign": "foreign", "garbage": "garbage", "format": "garbage", "negative": "garbage",
+                       "empty allowance": "garbage", "negative allowance": "garbage"}
 
     ddl, query = sql_blocks()
     con = duckdb.connect()
@@ -215,17 +244,18 @@ def test_query_on_duckdb_matches_figures_computed_in_python(tmp_path: Path) -> N
     con.execute(ddl_to_duckdb(ddl, tmp_path))
     # All the objects are read (the junk ones as null or filtered rows), so the query does the filtering.
     total = con.execute("SELECT count(*), count(DISTINCT \"type\") FROM burstwatch_learned").fetchone()
-    assert total is not None and total[0] >= 13 and total[1] == 2
+    assert total is not None and total[0] >= 21 and total[1] == 3
     # Timestamps come back as epoch seconds (DuckDB hands TIMESTAMPTZ to Python only through pytz).
     wrapped = (f"SELECT * REPLACE (epoch(first_seen) AS first_seen, epoch(last_seen) AS last_seen) "
                f"FROM ({translate(query)})")
     cur = con.execute(wrapped)
     names = [d[0] for d in cur.description]
     assert names == ["instance_type", "median_gbit", "median_baseline_seconds", "spread", "instances",
-                     "median_pps_ceiling", "median_conntrack_size", "first_seen", "last_seen"]
+                     "median_pps_ceiling", "pps_instances", "median_conntrack_size", "conntrack_instances",
+                     "first_seen", "last_seen"]
     got = {row[0]: dict(zip(names[1:], row[1:])) for row in cur.fetchall()}
     want = expected(GOOD)
-    assert set(got) == {"m5.large", "c5n.large"}
+    assert set(got) == {"m5.large", "c5n.large", "c6in.32xlarge"}
     for itype, w in want.items():
         g = got[itype]
         assert g["instances"] == w["instances"], itype
@@ -241,10 +271,31 @@ def test_query_on_duckdb_matches_figures_computed_in_python(tmp_path: Path) -> N
     m5 = got["m5.large"]
     assert (m5["instances"], m5["median_gbit"], m5["spread"]) == (3, 2680.0, round(105 / 335, 3))
     assert m5["median_baseline_seconds"] in (round(335e9 / M5_BASE), round(305e9 / M5_BASE))
-    assert m5["last_seen"] == T0 - 50 and m5["first_seen"] == T0 - 9000
+    assert m5["last_seen"] == T0 - 40 and m5["first_seen"] == T0 - 9000
     assert got["c5n.large"]["instances"] == 1 and got["c5n.large"]["median_gbit"] == 17000.0
-    # The other allowances: over the two m5.large instances that learned them (an even pair: one of them);
-    # none for c5n.large.
-    assert m5["median_pps_ceiling"] in (100_000.0, 110_000.0)
-    assert m5["median_conntrack_size"] in (80_000.0, 82_000.0)
-    assert got["c5n.large"]["median_pps_ceiling"] is None
+    # The other allowances, each instance's latest from bucket and allowance lines alike: PPS 105k (a's
+    # allowance line supersedes its bucket lines' 100k), 110k and 120k (c's allowance line); conntrack from
+    # the bucket lines of a and b only (an even pair: one of them). None for c5n.large.
+    assert (m5["median_pps_ceiling"], m5["pps_instances"]) == (110_000.0, 3)
+    assert m5["median_conntrack_size"] in (80_000.0, 82_000.0) and m5["conntrack_instances"] == 2
+    c5n = got["c5n.large"]
+    assert (c5n["median_pps_ceiling"], c5n["pps_instances"], c5n["conntrack_instances"]) == (None, 0, 0)
+    # A type that never learned a bucket is listed by its allowances alone.
+    c6 = got["c6in.32xlarge"]
+    assert (c6["median_gbit"], c6["median_baseline_seconds"], c6["spread"], c6["instances"]) == (None, None, None, 0)
+    assert (c6["median_pps_ceiling"], c6["pps_instances"]) == (2_000_000.0, 3)
+    assert c6["median_conntrack_size"] in (1_000_000.0, 1_100_000.0) and c6["conntrack_instances"] == 2
+    assert (c6["first_seen"], c6["last_seen"]) == (T0 - 7000, T0 - 500)
+    # The agents' consensus over the same objects agrees (no outliers here; odd counts give the exact median).
+    for itype, row in got.items():
+        files = sorted((tmp_path / "BUCKET" / PREFIX / "learned" / f"type={itype}").glob("*.json"))
+        records = []
+        for f in files:
+            try:
+                records += parse_object(str(f.relative_to(tmp_path / "BUCKET")), f.read_bytes(), itype)
+            except Rejected:
+                continue
+        a = allowance_consensus(records, min_instances=1, now=T0, max_age_seconds=90 * 86400.0)
+        assert (a.pps_instances, a.conntrack_instances) == (row["pps_instances"], row["conntrack_instances"]), itype
+        if a.pps_instances % 2:
+            assert a.pps_ceiling == row["median_pps_ceiling"], itype

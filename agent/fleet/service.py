@@ -13,11 +13,15 @@ from typing import Any, Callable, Optional
 from agent.config import FleetConfig
 from agent.fleet.reader import PartitionReader, ReadResult
 from agent.models.fleet import (
+    ALLOWANCE_FIELDS,
     MAX_OBJECT_BYTES,
     REJECT_REASONS,
+    AllowanceConsensus,
     Consensus,
+    allowance_consensus,
     consensus,
     encode,
+    is_allowance_line,
     object_key,
     worth_publishing,
 )
@@ -51,11 +55,13 @@ class FleetStats:
     last_refresh_timestamp: float       # when the last one completed; 0 before the first
     consensus: Optional[Consensus]      # the consensus handed to on_consensus last
     requests: dict[str, int]            # S3 requests by action: list, get, put (put counts attempts)
+    allowances: Optional[AllowanceConsensus] = None     # the one handed to on_allowances last
 
 
 class FleetService:
     """One thread reads the type's partition at start and every refresh_interval and hands the consensus
-    to `on_consensus` (None when there is none, or no longer one); it also turns what publish() queued
+    to `on_consensus` (None when there is none, or no longer one) and the allowances' consensus to
+    `on_allowances` (each when it changed); it also turns what publish() and publish_allowances() queued
     into objects, at most one per publish_interval. Uploads go through an UploadQueue (its own retry
     thread, spooled under state_dir/spool/fleet), so neither job ever blocks the caller."""
 
@@ -64,6 +70,7 @@ class FleetService:
     def __init__(self, cfg: FleetConfig, *, instance_type: str, instance_id: Optional[str],
                  region: Optional[str], state_dir: str,
                  on_consensus: Callable[[Optional[Consensus]], None],
+                 on_allowances: Optional[Callable[[AllowanceConsensus], None]] = None,
                  client_factory: Optional[Callable[[], Any]] = None, wall: Callable[[], float] = time.time,
                  retry_pause: Optional[float] = None, retry_pause_max: Optional[float] = None,
                  rng: Optional[random.Random] = None) -> None:
@@ -73,6 +80,7 @@ class FleetService:
         self.instance_type = instance_type
         self.instance_id = instance_id
         self.on_consensus = on_consensus
+        self.on_allowances = on_allowances
         self.wall = wall
         # Failed uploads and reads are retried at least as often as the fleet is read (lab: every 2 s).
         self.retry_pause_max = retry_pause_max if retry_pause_max is not None else \
@@ -97,9 +105,12 @@ class FleetService:
         self._thread: Optional[threading.Thread] = None
         self._pending: dict[str, dict[str, Any]] = {}          # direction -> the latest learned record
         self._last: dict[str, dict[str, float]] = {}           # direction -> {"bucket_bytes", "at"} published
+        self._pending_allowances: Optional[dict[str, Any]] = None   # the latest allowance_record()
+        self._last_allowances: dict[str, dict[str, float]] = {}     # field -> {"value", "at"} published
         self._last_publish = 0.0                               # wall time of the last object queued
         self._dirty = False
         self._consensus: Optional[Consensus] = None
+        self._allowances = AllowanceConsensus(None, 0, None, 0)
         self._objects_read = 0
         self._rejected = dict.fromkeys(REJECT_REASONS, 0)
         self._errors: dict[str, int] = {}
@@ -118,12 +129,20 @@ class FleetService:
             self._dirty = True
             self._cond.notify_all()
 
+    def publish_allowances(self, record: dict[str, Any]) -> None:
+        """Queue an allowance_record() (learned PPS ceiling / conntrack size, no bucket); returns at once. It
+        rides on the next bucket object when one goes out, else goes alone when a figure is worth it."""
+        with self._cond:
+            self._pending_allowances = dict(record)
+            self._dirty = True
+            self._cond.notify_all()
+
     def snapshot(self) -> FleetStats:
         q = self.queue.snapshot()
         with self._cond:
             return FleetStats(q.uploaded, q.failed, q.backlog, q.dropped, self._objects_read, dict(self._rejected),
                               dict(self._errors), self._refreshes, self._last_refresh, self._consensus,
-                              dict(self._requests))
+                              dict(self._requests), self._allowances)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -147,7 +166,7 @@ class FleetService:
         """Wait until nothing publishable is pending and the upload backlog is empty (tests)."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._pending and self._publish_wait() <= 0:
+            while self._has_pending() and self._publish_wait() <= 0:
                 if time.monotonic() >= deadline:
                     return False
                 self._cond.wait(0.05)
@@ -172,11 +191,14 @@ class FleetService:
                     pause = min(pause * 2, self.retry_pause_max)
             with self._cond:
                 wait = next_refresh - time.monotonic()
-                if self._pending:
+                if self._has_pending():
                     wait = min(wait, self._publish_wait())
                 if not self._stop and wait > 0:
                     self._cond.wait(wait)
         self._save_state()
+
+    def _has_pending(self) -> bool:
+        return bool(self._pending) or self._pending_allowances is not None
 
     def _publish_wait(self) -> float:
         """Seconds until publish_interval lets the next object go (under the lock)."""
@@ -189,12 +211,9 @@ class FleetService:
         the state file current (pending records held back are in it, so a restart does not lose them)."""
         item: Optional[tuple[str, bytes]] = None
         with self._cond:
-            if self._pending and self._publish_wait() <= 0:
+            if self._has_pending() and self._publish_wait() <= 0:
                 now = self.wall()
-                records = [r for d, r in sorted(self._pending.items())
-                           if worth_publishing(self._last.get(d, {}).get("bucket_bytes"),
-                                               self._last.get(d, {}).get("at"), float(r["bucket_bytes"]), now)]
-                self._pending.clear()
+                records = self._take_due(now)
                 self._dirty = True
                 if records:
                     # Never the second of the last object (kept across restarts): with publish_interval 0
@@ -202,8 +221,13 @@ class FleetService:
                     epoch = max(int(now), int(self._last_publish) + 1)
                     key = object_key(self.prefix, self.instance_type, self.instance_id, epoch)
                     for r in records:
-                        self._last[str(r["direction"])] = {"bucket_bytes": float(r["bucket_bytes"]), "at": now}
-                    self._last_publish = now
+                        if not is_allowance_line(r):
+                            self._last[str(r["direction"])] = {"bucket_bytes": float(r["bucket_bytes"]), "at": now}
+                        for f in ALLOWANCE_FIELDS:
+                            if r.get(f) is not None:
+                                self._last_allowances[f] = {"value": float(r[f]), "at": now}
+                    # The epoch used, when ahead of the clock: the next key must follow it, not `now`.
+                    self._last_publish = max(now, float(epoch))
                     item = (key, encode(records))
             save, self._dirty = self._dirty, False
         if item is not None:
@@ -213,6 +237,26 @@ class FleetService:
             log.info("fleet: publishing s3://%s/%s", self.bucket, item[0])
         if save:
             self._save_state()
+
+    def _take_due(self, now: float) -> list[dict[str, Any]]:
+        """Empty the pending records into what one object carries (under the lock): the bucket lines worth
+        publishing, with the pending allowances riding on them; else the allowance line alone when one of
+        its figures is worth it. Never both kinds in one object: a reader of before allowance lines rejects
+        an object whole, and must not lose the bucket lines with it (docs/fleet.md, "The object")."""
+        records = [r for d, r in sorted(self._pending.items())
+                   if worth_publishing(self._last.get(d, {}).get("bucket_bytes"),
+                                       self._last.get(d, {}).get("at"), float(r["bucket_bytes"]), now)]
+        allow, self._pending_allowances = self._pending_allowances, None
+        self._pending.clear()
+        if allow is None:
+            return records
+        if records:
+            return [{**r, **{f: allow[f] for f in ALLOWANCE_FIELDS if r.get(f) is None}} for r in records]
+        due = any(allow.get(f) is not None and
+                  worth_publishing(self._last_allowances.get(f, {}).get("value"),
+                                   self._last_allowances.get(f, {}).get("at"), float(allow[f]), now)
+                  for f in ALLOWANCE_FIELDS)
+        return [allow] if due else []
 
     # -- reading -----------------------------------------------------------------------------------------
     def refresh(self) -> bool:
@@ -238,9 +282,13 @@ class FleetService:
                 return False                   # the LIST failed: nothing to judge by
         found = consensus(res.records, min_instances=self.cfg.min_instances, now=now,
                           max_age_seconds=self.max_age_seconds)
+        allowances = allowance_consensus(res.records, min_instances=self.cfg.min_instances, now=now,
+                                         max_age_seconds=self.max_age_seconds)
         with self._cond:
             changed = found != self._consensus
             self._consensus = found
+            allowances_changed = allowances != self._allowances
+            self._allowances = allowances
             if res.error is None:
                 self._refreshes += 1
                 self._last_refresh = self.wall()
@@ -258,6 +306,15 @@ class FleetService:
                 self.on_consensus(found)
             except Exception:  # the wiring's fault must not end the thread
                 log.exception("fleet: on_consensus failed")
+        if allowances_changed:
+            log.info("fleet: allowances for %s: PPS ceiling %s (%d instances), conntrack size %s (%d instances)",
+                     self.instance_type, allowances.pps_ceiling, allowances.pps_instances,
+                     allowances.conntrack_size, allowances.conntrack_instances)
+            try:
+                if self.on_allowances is not None:
+                    self.on_allowances(allowances)
+            except Exception:  # the wiring's fault must not end the thread
+                log.exception("fleet: on_allowances failed")
         return res.error is None
 
     # -- S3 ----------------------------------------------------------------------------------------------
@@ -310,13 +367,21 @@ class FleetService:
                 self._last_publish = float(doc.get("last_publish") or 0.0)
                 for d, r in (doc.get("pending") or {}).items():
                     self._pending.setdefault(str(d), dict(r))
+                # Absent from the state of agents before allowance lines: nothing published yet.
+                for f, v in (doc.get("published_allowances") or {}).items():
+                    self._last_allowances[str(f)] = {"value": float(v["value"]), "at": float(v["at"])}
+                if self._pending_allowances is None and isinstance(doc.get("pending_allowances"), dict):
+                    self._pending_allowances = dict(doc["pending_allowances"])
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 log.warning("fleet: %s unreadable, starting afresh: %s", self.store.path, exc)
                 self._last.clear()
+                self._last_allowances.clear()
                 self._last_publish = 0.0
 
     def _save_state(self) -> None:
         with self._cond:
             doc = {"published": {d: dict(v) for d, v in self._last.items()}, "last_publish": self._last_publish,
-                   "pending": {d: dict(r) for d, r in self._pending.items()}}
+                   "pending": {d: dict(r) for d, r in self._pending.items()},
+                   "published_allowances": {f: dict(v) for f, v in self._last_allowances.items()},
+                   "pending_allowances": self._pending_allowances}
         self.store.save(doc)

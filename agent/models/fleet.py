@@ -1,4 +1,4 @@
-"""Learned buckets shared by the fleet: the S3 layout, the document, its parser and the consensus (pure)."""
+"""Learned buckets and allowances shared by the fleet: the S3 layout, the document, its parser, the consensus (pure)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,9 @@ REJECT_REASONS = ("garbage", "foreign")
 # The other allowances learned by the same instance (docs/allowances.md), written after FIELDS (null when not
 # learned) and optional when read: documents of older agents lack them, and older readers ignore them.
 ALLOWANCE_FIELDS: tuple[str, ...] = ("pps_ceiling_packets_per_second", "conntrack_size_entries")
+# The bucket fields an allowance line (allowance_record) leaves null: a large, non-burstable size never
+# exhausts a bucket, yet its PPS and conntrack limits are the ones worth sharing (issue 22).
+BUCKET_FIELDS: tuple[str, ...] = ("direction", "bucket_bytes")
 
 
 class Rejected(Exception):
@@ -51,11 +54,12 @@ class Rejected(Exception):
 
 @dataclass(frozen=True)
 class LearnedRecord:
-    """One published direction of one instance, as the consensus uses it."""
+    """One published line of one instance, as the consensus uses it: a learned direction, or (direction and
+    bucket_bytes None) an allowance line."""
 
     instance_id: str
-    direction: str
-    bucket_bytes: float
+    direction: Optional[str]
+    bucket_bytes: Optional[float]
     learned_at: float
     baseline_bytes_per_second: Optional[float]
     key: str
@@ -72,9 +76,17 @@ class Consensus:
     outliers: int                # instances rejected as outliers
     spread: float                # (max - min) / median of the kept values
     newest: float                # learned_at of the newest record behind it
-    # The other allowances, by the same rule over the instances that published them (None: too few agree).
-    pps_ceiling: Optional[float] = None
-    conntrack_size: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class AllowanceConsensus:
+    """The fleet's PPS ceiling and conntrack size for one type, each by the bucket's rule (None: too few agree),
+    whether or not the type has a bucket consensus."""
+
+    pps_ceiling: Optional[float]
+    pps_instances: int           # instances behind it (0 when None)
+    conntrack_size: Optional[float]
+    conntrack_instances: int
 
 
 # -- keys ----------------------------------------------------------------------------------------------------
@@ -119,6 +131,32 @@ def learned_record(**fields: Any) -> dict[str, Any]:
     return out
 
 
+def allowance_record(**fields: Any) -> dict[str, Any]:
+    """The flat record for learned allowances alone: every field of FIELDS and ALLOWANCE_FIELDS, the bucket
+    fields (BUCKET_FIELDS) null. Raises ValueError for an unknown field, a bucket field, or no allowance
+    figure that is a finite number > 0 (a null one is "not learned")."""
+    unknown = set(fields) - set(FIELDS) - set(ALLOWANCE_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}")
+    bucket = [f for f in BUCKET_FIELDS if fields.get(f) is not None]
+    if bucket:
+        raise ValueError(f"an allowance record has no {', '.join(bucket)}: use learned_record()")
+    figures = [fields.get(f) for f in ALLOWANCE_FIELDS]
+    if any(v is not None and not _finite_positive(v) for v in figures) or all(v is None for v in figures):
+        raise ValueError(f"{' or '.join(ALLOWANCE_FIELDS)} must be a finite number > 0, not {figures!r}")
+    out: dict[str, Any] = {name: fields.get(name) for name in (*FIELDS, *ALLOWANCE_FIELDS)}
+    out["format"] = FORMAT
+    for f in (*ALLOWANCE_FIELDS, "learned_at"):
+        if out[f] is not None:
+            out[f] = float(out[f])
+    return out
+
+
+def is_allowance_line(record: dict[str, Any]) -> bool:
+    """Whether a record (learned_record or allowance_record) holds allowances alone."""
+    return all(record.get(f) is None for f in BUCKET_FIELDS)
+
+
 def encode(records: list[dict[str, Any]]) -> bytes:
     """Newline-delimited JSON, one record a line with a trailing newline (Athena's JSON SerDe and DuckDB's
     read_json both read one row per line)."""
@@ -153,19 +191,28 @@ def _check_line(n: int, doc: Any) -> dict[str, Any]:
             raise Rejected("garbage", f"line {n}: {f} is not a finite number")
     if not isinstance(doc["instance_type"], str):
         raise Rejected("garbage", f"line {n}: no instance_type")
-    if doc["direction"] not in DIRECTIONS:
-        raise Rejected("garbage", f"line {n}: direction {doc['direction']!r}")
-    if not _finite_positive(doc["bucket_bytes"]):
-        raise Rejected("garbage", f"line {n}: bucket_bytes {doc['bucket_bytes']!r} is not a finite number > 0")
+    _check_kind(n, doc)
     if not _number(doc["learned_at"]):
         raise Rejected("garbage", f"line {n}: learned_at is not a finite number")
     count = doc["learned_count"]
     if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
         raise Rejected("garbage", f"line {n}: learned_count is not an integer")
+    return doc
+
+
+def _check_kind(n: int, doc: dict[str, Any]) -> None:
+    """A bucket line (a direction and a bucket > 0) or an allowance line (both null, a figure given); the
+    allowance figures, on either, null or > 0."""
     for f in ALLOWANCE_FIELDS:
         if doc.get(f) is not None and not _finite_positive(doc[f]):
             raise Rejected("garbage", f"line {n}: {f} is not a finite number > 0")
-    return doc
+    if is_allowance_line(doc):
+        if all(doc.get(f) is None for f in ALLOWANCE_FIELDS):
+            raise Rejected("garbage", f"line {n}: neither a bucket nor an allowance")
+    elif doc["direction"] not in DIRECTIONS:
+        raise Rejected("garbage", f"line {n}: direction {doc['direction']!r}")
+    elif not _finite_positive(doc["bucket_bytes"]):
+        raise Rejected("garbage", f"line {n}: bucket_bytes {doc['bucket_bytes']!r} is not a finite number > 0")
 
 
 def parse_object(key: str, body: bytes, instance_type: str) -> list[LearnedRecord]:
@@ -192,9 +239,10 @@ def parse_object(key: str, body: bytes, instance_type: str) -> list[LearnedRecor
         doc = _check_line(n, raw)
         if doc["instance_type"] != instance_type:
             raise Rejected("foreign", f"line {n} is for {doc['instance_type']!r}, not {instance_type!r}")
-        base = doc["baseline_bytes_per_second"]
+        base, nbytes = doc["baseline_bytes_per_second"], doc["bucket_bytes"]
         pps, size = doc.get(ALLOWANCE_FIELDS[0]), doc.get(ALLOWANCE_FIELDS[1])
-        out.append(LearnedRecord(doc["instance_id"] or fallback_id, doc["direction"], float(doc["bucket_bytes"]),
+        out.append(LearnedRecord(doc["instance_id"] or fallback_id, doc["direction"],
+                                 float(nbytes) if nbytes is not None else None,
                                  float(doc["learned_at"]), float(base) if base is not None else None, key,
                                  float(pps) if pps is not None else None, float(size) if size is not None else None))
     if not out:
@@ -215,8 +263,8 @@ def consensus(records: Iterable[LearnedRecord], *, min_instances: int, now: floa
     oldest = now - max_age_seconds
     latest: dict[tuple[str, str], LearnedRecord] = {}
     for r in records:
-        if r.learned_at < oldest:
-            continue
+        if r.learned_at < oldest or r.direction is None or r.bucket_bytes is None:
+            continue                          # too old, or an allowance line (allowance_consensus)
         k = (r.instance_id, r.direction)
         cur = latest.get(k)
         if cur is None or (r.learned_at, r.key) > (cur.learned_at, cur.key):
@@ -226,16 +274,14 @@ def consensus(records: Iterable[LearnedRecord], *, min_instances: int, now: floa
         per_instance.setdefault(iid, []).append(r)
     if not per_instance:
         return None
-    values = {iid: statistics.median(r.bucket_bytes for r in rs) for iid, rs in per_instance.items()}
+    values = {iid: statistics.median(float(r.bucket_bytes or 0.0) for r in rs) for iid, rs in per_instance.items()}
     kept = _agreeing(values)
     if len(kept) < max(1, min_instances):
         return None
     median = statistics.median(kept.values())
     newest = max(r.learned_at for iid in kept for r in per_instance[iid])
     return Consensus(float(median), len(kept), len(values) - len(kept),
-                     (max(kept.values()) - min(kept.values())) / median, newest,
-                     _allowance(per_instance, "pps_ceiling", min_instances),
-                     _allowance(per_instance, "conntrack_size", min_instances))
+                     (max(kept.values()) - min(kept.values())) / median, newest)
 
 
 def _agreeing(values: dict[str, float]) -> dict[str, float]:
@@ -244,18 +290,34 @@ def _agreeing(values: dict[str, float]) -> dict[str, float]:
     return {iid: v for iid, v in values.items() if mid / OUTLIER_FACTOR <= v <= mid * OUTLIER_FACTOR}
 
 
-def _allowance(per_instance: dict[str, list[LearnedRecord]], field: str, min_instances: int) -> Optional[float]:
-    """An allowance figure by the bucket's rule: each instance's latest value of `field`, outliers out, the
-    median of the rest when `min_instances` agree."""
-    values = {}
-    for iid, rs in per_instance.items():
-        have = sorted((r for r in rs if getattr(r, field) is not None), key=lambda r: (r.learned_at, r.key))
-        if have:
-            values[iid] = float(getattr(have[-1], field))
-    if not values:
-        return None
-    kept = _agreeing(values)
-    return float(statistics.median(kept.values())) if len(kept) >= max(1, min_instances) else None
+def allowance_consensus(records: Iterable[LearnedRecord], *, min_instances: int, now: float,
+                        max_age_seconds: float) -> AllowanceConsensus:
+    """The fleet's PPS ceiling and conntrack size for a type, each on its own and by the bucket's rule: records
+    older than `max_age_seconds` dropped, each instance's latest value of the figure (from any line that has
+    it: an allowance line, or a bucket line it rode on), outliers beyond OUTLIER_FACTOR of the median out,
+    the median of the rest when `min_instances` agree. Independent of the bucket consensus: a type whose
+    instances never exhaust a bucket still gets its allowances."""
+    fresh = [r for r in records if r.learned_at >= now - max_age_seconds]
+    pps = _figure(fresh, "pps_ceiling", min_instances)
+    size = _figure(fresh, "conntrack_size", min_instances)
+    return AllowanceConsensus(pps[0], pps[1], size[0], size[1])
+
+
+def _figure(records: list[LearnedRecord], field: str, min_instances: int) -> tuple[Optional[float], int]:
+    """(median, instances) of `field` by the rule above; (None, 0) when too few agree."""
+    latest: dict[str, LearnedRecord] = {}
+    for r in records:
+        if getattr(r, field) is None:
+            continue
+        cur = latest.get(r.instance_id)
+        if cur is None or (r.learned_at, r.key) > (cur.learned_at, cur.key):
+            latest[r.instance_id] = r
+    if not latest:
+        return None, 0
+    kept = _agreeing({iid: float(getattr(r, field)) for iid, r in latest.items()})
+    if len(kept) < max(1, min_instances):
+        return None, 0
+    return float(statistics.median(kept.values())), len(kept)
 
 
 # -- when to publish ---------------------------------------------------------------------------------------

@@ -15,7 +15,15 @@ import pytest
 
 from agent.config import FleetConfig
 from agent.fleet.service import STATE_FILE, FleetService
-from agent.models.fleet import Consensus, encode, learned_record, object_key, type_prefix
+from agent.models.fleet import (
+    AllowanceConsensus,
+    Consensus,
+    allowance_record,
+    encode,
+    learned_record,
+    object_key,
+    type_prefix,
+)
 from agent.readers import aws
 from tests.conftest import free_port, wait_until
 from tests.probes.test_archive import Gate
@@ -40,6 +48,13 @@ def rec(iid: str = ME, direction: str = "out", bucket: float = 3.375e11, at: Opt
                           peak_bytes_per_second=1.25e9, peak_source="catalogue", driver="ena",
                           driver_version="2.8.1g", learned_at=time.time() - 60 if at is None else at,
                           agent_version="0.x")
+
+
+def arec(iid: str = ME, pps: Optional[float] = None, size: Optional[float] = None,
+         at: Optional[float] = None) -> dict[str, Any]:
+    return allowance_record(instance_type=TYPE, instance_id=iid, region=REGION, learned_at=time.time() - 60
+                            if at is None else at, pps_ceiling_packets_per_second=pps, conntrack_size_entries=size,
+                            agent_version="0.x")
 
 
 def cfg(url: str, **over: Any) -> FleetConfig:
@@ -334,3 +349,58 @@ def test_access_denied_is_counted_by_kind_and_logged_once(tmp_path: Path, caplog
     msg = denied[0].getMessage()
     assert "s3:ListBucket" in msg and f"s3://{BUCKET}/{PREFIX}learned/type={TYPE}/" in msg
     assert "docs/fleet.md#iam" in msg
+
+
+# -- allowances without a bucket (issue 22) ------------------------------------------------------------------
+def lines(body: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in body.splitlines()]
+
+
+def test_allowances_are_published_alone_by_the_buckets_rules(harness: Any, tmp_path: Path) -> None:
+    h = harness(refresh_interval=3600.0)
+    svc = h.start()
+    svc.publish_allowances(arec(pps=1.0e6))
+    assert svc.flush(15.0), svc.snapshot()
+    (body,) = objects(h.url).values()
+    assert lines(body) == [arec(pps=1.0e6, at=lines(body)[0]["learned_at"])]         # one allowance line
+    svc.publish_allowances(arec(pps=1.04e6))                 # moved < 5 %: not worth an object
+    assert svc.flush(10.0)
+    time.sleep(0.3)
+    assert len(objects(h.url)) == 1
+    svc.publish_allowances(arec(pps=1.04e6, size=9e5))       # a new figure: worth it
+    assert svc.flush(10.0)
+    wait_until(lambda: len(objects(h.url)) == 2, 10.0, "the allowance object with a new figure")
+    # A bucket learned meanwhile: the figures ride on its lines, and never beside them as a line of their own
+    # (a reader of before allowance lines rejects an object whole; the bucket lines must reach it).
+    with svc._cond:                                          # both pending at once (the lock is re-entrant)
+        svc.publish([rec(direction="in", bucket=3e11)])
+        svc.publish_allowances(arec(pps=2e6, size=9e5))
+    wait_until(lambda: len(objects(h.url)) == 3, 10.0, "the bucket object")
+    newest = lines(sorted(objects(h.url).items())[-1][1])
+    assert len(newest) == 1 and newest[0]["direction"] == "in"
+    assert (newest[0]["pps_ceiling_packets_per_second"], newest[0]["conntrack_size_entries"]) == (2e6, 9e5)
+    h.stop()
+    state = json.loads((tmp_path / STATE_FILE).read_text())
+    assert state["published_allowances"]["pps_ceiling_packets_per_second"]["value"] == 2e6
+    # A restart remembers: the same figures again are not re-published.
+    h2 = harness(refresh_interval=3600.0)
+    svc2 = h2.start()
+    svc2.publish_allowances(arec(pps=2.01e6, size=9.1e5))
+    assert svc2.flush(10.0)
+    time.sleep(0.3)
+    assert len(objects(h.url)) == 3 and svc2.snapshot().published == 0
+
+
+def test_allowance_consensus_without_any_bucket_is_handed_to_on_allowances(harness: Any, bucket: str) -> None:
+    for i, pps in enumerate((2.0e6, 2.1e6, 1.9e6)):
+        iid = f"i-00000000000000{i:03d}"
+        r = arec(iid, pps=pps, size=9e5 if i else None)
+        put(bucket, object_key(PREFIX, TYPE, iid, r["learned_at"]), encode([r]))
+    got: list[AllowanceConsensus] = []
+    h = harness(refresh_interval=3600.0)
+    svc = h.start(on_allowances=got.append)
+    wait_until(lambda: svc.snapshot().refreshes >= 1, 15.0, "the first refresh")
+    st = svc.snapshot()
+    assert st.rejected == {"garbage": 0, "foreign": 0} and st.objects_read == 3
+    assert st.consensus is None and h.adopted == []           # no bucket, no bucket consensus
+    assert got == [AllowanceConsensus(2.0e6, 3, None, 0)] == [st.allowances]

@@ -10,15 +10,20 @@ import pytest
 
 from agent.models.fleet import (
     ALLOWANCE_FIELDS,
+    BUCKET_FIELDS,
     FIELDS,
     FORMAT,
     MAX_OBJECT_BYTES,
     OUTLIER_FACTOR,
+    AllowanceConsensus,
     Consensus,
     LearnedRecord,
     Rejected,
+    allowance_consensus,
+    allowance_record,
     consensus,
     encode,
+    is_allowance_line,
     learned_record,
     object_key,
     parse_object,
@@ -265,12 +270,86 @@ def test_the_other_allowances_ride_with_the_buckets_by_the_same_rule() -> None:
                for r in parse_object(object_key("p/", "m5.large", iid, at), line(iid, at, pps, size), "m5.large")]
     c = consensus(records, min_instances=2, now=30.0, max_age_seconds=100.0)
     assert c is not None and c.instances == 4
-    # PPS: i-1's latest 104k, i-2 98k, i-3 500k an outlier: median of two; conntrack: i-1's only one, 80k
-    assert c.pps_ceiling == 101_000.0 and c.conntrack_size == 80_000.0
-    assert consensus(records, min_instances=3, now=30.0, max_age_seconds=100.0).pps_ceiling is None  # type: ignore[union-attr]
+    # PPS: i-1's latest 104k, i-2 98k, i-3 500k an outlier: median of two; conntrack: i-1's latest that has
+    # one (80k, at 10), i-2 81k, i-3 79k
+    a = allowance_consensus(records, min_instances=2, now=30.0, max_age_seconds=100.0)
+    assert a == AllowanceConsensus(101_000.0, 2, 80_000.0, 3)
+    assert allowance_consensus(records, min_instances=3, now=30.0, max_age_seconds=100.0).pps_ceiling is None
     old = json.dumps({k: v for k, v in json.loads(line("i-5", 10.0, None, None)).items()
                       if k not in ALLOWANCE_FIELDS}).encode()
     assert parse_object(object_key("p/", "m5.large", "i-5", 10.0), old, "m5.large")[0].pps_ceiling is None
     bad = line("i-6", 10.0, None, None).replace(b'"conntrack_size_entries":null', b'"conntrack_size_entries":-1')
     with pytest.raises(Rejected):
         parse_object(object_key("p/", "m5.large", "i-6", 10.0), bad, "m5.large")
+
+
+# -- allowance lines: learned allowances without a bucket (issue 22) -----------------------------------------
+ITYPE = "c6in.32xlarge"          # a large, non-burstable size: it never exhausts a bucket
+
+
+def allowance(iid: str, at: float, pps: Optional[float] = None, size: Optional[float] = None) -> list[LearnedRecord]:
+    body = encode([allowance_record(instance_type=ITYPE, instance_id=iid, learned_at=at,
+                                    pps_ceiling_packets_per_second=pps, conntrack_size_entries=size)])
+    return parse_object(object_key("p/", ITYPE, iid, at), body, ITYPE)
+
+
+def test_allowance_record_has_every_field_and_null_bucket_fields() -> None:
+    r = allowance_record(instance_type=ITYPE, instance_id="i-1", learned_at=5, conntrack_size_entries=10)
+    assert list(r) == [*FIELDS, *ALLOWANCE_FIELDS] and r["format"] == FORMAT
+    assert all(r[f] is None for f in BUCKET_FIELDS) and is_allowance_line(r) and not is_allowance_line(record())
+    assert r["conntrack_size_entries"] == 10.0 and isinstance(r["conntrack_size_entries"], float)
+    assert r["pps_ceiling_packets_per_second"] is None and r["learned_at"] == 5.0
+
+
+@pytest.mark.parametrize("over", [
+    {}, {"pps_ceiling_packets_per_second": 0}, {"pps_ceiling_packets_per_second": math.nan},
+    {"conntrack_size_entries": -1.0, "pps_ceiling_packets_per_second": 5.0}, {"conntrack_size_entries": True},
+    {"pps_ceiling_packets_per_second": 5.0, "direction": "out"}, {"pps_ceiling_packets_per_second": 5.0,
+                                                                  "bucket_bytes": 1e9},
+    {"pps_ceiling_packets_per_second": 5.0, "colour": "red"},
+])
+def test_allowance_record_refuses_bad_values(over: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        allowance_record(instance_type=ITYPE, learned_at=NOW, **over)
+
+
+def test_an_allowance_line_parses_and_never_counts_in_the_bucket_consensus() -> None:
+    (r,) = allowance("i-1", 10.0, pps=2e6)
+    assert (r.direction, r.bucket_bytes, r.pps_ceiling, r.conntrack_size) == (None, None, 2e6, None)
+    recs = [*allowance("i-1", 10.0, 2e6, 9e5), *allowance("i-2", 10.0, 2.1e6), *allowance("i-3", 10.0, 1.9e6, 9.2e5)]
+    assert consensus(recs, min_instances=1, now=20.0, max_age_seconds=100.0) is None
+    assert allowance_consensus(recs, min_instances=3, now=20.0, max_age_seconds=100.0) == \
+        AllowanceConsensus(2e6, 3, None, 0)                  # two conntrack sizes: fewer than min_instances
+    assert allowance_consensus(recs, min_instances=2, now=20.0, max_age_seconds=100.0).conntrack_size == 9.1e5
+
+
+@pytest.mark.parametrize("over,why", [
+    ({"pps_ceiling_packets_per_second": None}, "neither a bucket nor an allowance"),
+    ({"pps_ceiling_packets_per_second": -3}, "pps_ceiling_packets_per_second"),
+    ({"bucket_bytes": 1e9}, "direction"),                     # half a bucket line
+    ({"direction": "in"}, "bucket_bytes"),
+    ({"learned_at": None}, "learned_at"),
+])
+def test_a_bad_allowance_line_is_garbage(over: dict[str, Any], why: str) -> None:
+    doc = allowance_record(instance_type=ITYPE, instance_id="i-1", learned_at=NOW, pps_ceiling_packets_per_second=5e5)
+    doc.update(over)
+    with pytest.raises(Rejected) as exc:
+        parse_object(object_key("p/", ITYPE, "i-1", NOW), json.dumps(doc).encode(), ITYPE)
+    assert exc.value.reason == "garbage" and why in exc.value.detail
+
+
+def test_allowance_consensus_by_the_buckets_rule() -> None:
+    """Latest per instance (allowance lines and bucket lines alike), age limit, outliers beyond 2x, min_instances."""
+    recs = [*allowance("i-1", 10.0, pps=1e6), *allowance("i-1", 50.0, pps=2e6),       # i-1 counts once: 2e6
+            *allowance("i-2", 40.0, pps=2.2e6), *allowance("i-3", 40.0, pps=16e6),     # 8x: an outlier
+            *allowance("i-4", 1.0, pps=2.1e6),                                         # older than max_age
+            *allowance("i-5", 45.0, size=5e5)]
+    bucket_line = encode([learned_record(instance_type=ITYPE, instance_id="i-6", direction="in", bucket_bytes=1e12,
+                                         learned_at=45.0, pps_ceiling_packets_per_second=1.8e6)])
+    recs += parse_object(object_key("p/", ITYPE, "i-6", 45.0), bucket_line, ITYPE)
+    a = allowance_consensus(recs, min_instances=3, now=60.0, max_age_seconds=55.0)
+    assert a == AllowanceConsensus(2e6, 3, None, 0)
+    assert allowance_consensus(recs, min_instances=4, now=60.0, max_age_seconds=55.0).pps_ceiling is None
+    assert allowance_consensus(recs, min_instances=4, now=60.0, max_age_seconds=100.0).pps_instances == 4
+    assert allowance_consensus([], min_instances=1, now=60.0, max_age_seconds=55.0) == AllowanceConsensus(None, 0,
+                                                                                                          None, 0)

@@ -184,3 +184,20 @@ def test_fleet_figures_are_adopted_only_where_nothing_was_learned_and_never_repu
     own.conntrack.restore({"learned": 1000.0, "learned_count": 1})
     own.adopt(90_000.0, None)
     assert own.conntrack.size == 1000.0 and own.learned_figures()["conntrack_size_entries"] == 1000.0
+
+
+def test_a_restored_figure_wins_over_the_fleets_and_a_withdrawn_fleet_figure_stays(tmp_path: Path) -> None:
+    """The fleet's figures are a prior for a new instance only (docs/fleet.md, "The consensus rule")."""
+    s = step(tmp_path)
+    for i in range(5):                                  # an episode: learned 2000 packets/s, saved
+        s.run(i * 0.2, delta(400), None, ena(pps=300), None)
+    s.save()
+    restored = step(tmp_path)
+    assert restored.pps.source == "restored"
+    restored.adopt(90_000.0, 150_000.0)
+    assert restored.pps.ceiling == pytest.approx(2000.0) and restored.pps.source == "restored"
+    assert restored.conntrack.size == 90_000.0           # no size learned here: the fleet's is the prior
+    fresh = step(tmp_path / "fresh")
+    fresh.adopt(None, 150_000.0)
+    fresh.adopt(None, None)                             # the fleet's consensus withdrawn: the prior stays
+    assert (fresh.pps.ceiling, fresh.pps.source, fresh.conntrack.size) == (150_000.0, "fleet", None)
