@@ -11,6 +11,8 @@
 4. Fleet: 20 real daemons against one moto server behind a counting proxy, 120 s: each API's calls against the
    model behind docs/fleet.md, then the extrapolated table at 10, 1,000 and 100,000 instances
    (tests/support/fleet_run.py, `make bench BENCH=fleet`).
+5. Allowances: the nftables lab's PPS ceiling, conntrack size, forecast and flow owners against issue 22's
+   targets (`make bench BENCH=allowances`).
 """
 
 from __future__ import annotations
@@ -257,8 +259,24 @@ def fleet() -> None:
     bench(report)
 
 
+def allowances() -> None:
+    """The PPS and connection-tracking figures of the nftables lab (docs/allowances.md): the models fed from
+    the real counters, then a real daemon, each test printing its `figures` line against the issue's targets
+    (the same tests `make test` runs with loose asserts)."""
+    print("allowances: PPS ceiling, conntrack size and forecast, flow owners (nftables lab)", flush=True)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                          "tests/e2e/test_allowance_lab.py", "tests/e2e/test_allowance_daemon.py"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    for line in out.stdout.splitlines():
+        if line.startswith("figures "):
+            print("  " + line[len("figures "):], flush=True)
+    print("  " + (out.stdout.strip().splitlines() or ["(no output)"])[-1], flush=True)
+    if out.returncode != 0:
+        raise SystemExit(out.returncode)
+
+
 PARTS: dict[str, Callable[[], None]] = {"overhead": overhead, "credits": credits, "zoo": zoo, "ec2": ec2,
-                                        "probes": probes, "fleet": fleet}
+                                        "probes": probes, "fleet": fleet, "allowances": allowances}
 
 
 def main() -> int:
