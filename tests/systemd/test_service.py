@@ -297,6 +297,9 @@ def test_status_reads_the_local_socket_when_metrics_has_tls_and_basic_auth(box: 
         code = ["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}"]
         assert box.sh(*code, url) == "401"
         assert box.sh(*code, "-u", "prometheus:tier-secret", url) == "200"
+        # The checks line needs the restarted daemon's first check round (a child process that takes seconds
+        # on a loaded machine); the bars are there from the first sample.
+        wait_until(lambda: b"checks: " in box.run("burstwatch", "status").stdout, 60, "the first check round")
         for user in ("", "burstwatch"):
             out = box.run("burstwatch", "status", user=user)
             text = out.stdout.decode()
