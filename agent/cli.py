@@ -53,6 +53,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    from agent.commands.probe import cmd_probe as run
+
+    return run(args)
+
+
+def cmd_responder(args: argparse.Namespace) -> int:
+    from agent.commands.probe import cmd_responder as run
+
+    return run(args)
+
+
 def _check_names(text: str) -> str:
     from agent.checks import parse_names
 
@@ -92,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="machine-readable output")
     sp.add_argument("--url", default=None, help="the daemon's /metrics URL, over plain HTTP (default: the local "
                     "socket metrics.socket, then metrics.listen)")
-    from agent.commands.probe import add_probe_arguments, add_responder_arguments, cmd_probe, cmd_responder
+    # Each subcommand's code is imported when it runs: `run` builds this whole parser, and the resident daemon
+    # keeps only what it uses (docs/operations.md, "Footprint").
+    from agent.commands.probe_options import add_probe_arguments, add_responder_arguments
 
     sp = add("probe", cmd_probe, "run one iperf3-compatible throughput probe", config=False)
     add_probe_arguments(sp)
@@ -111,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    del parser  # `run` lives on in this frame: the parser's subcommands and help texts need not
     if args.log_level:
         _setup_logging(args.log_level)
     try:

@@ -7,13 +7,12 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from agent import config as configmod
 from agent.isolate import ChildFailed, call_in_child
-from agent.models.catalogue import TypeEntry, catalogue_source, entry_from_describe, load_catalogue
+from agent.models.catalogue import TypeEntry, catalogue_entry, catalogue_source, entry_from_describe
 from agent.models.profile import BandwidthProfile, resolve_profile
-from agent.readers import ec2api
 from agent.readers.imds import (
     Eni,
     Identity,
@@ -29,6 +28,9 @@ from agent.readers.imds import (
     sort_enis,
 )
 from agent.readers.sysfs_net import match_macs, parse_net_interfaces, read_net_interfaces
+
+if TYPE_CHECKING:
+    from agent.readers.ec2api import ClientFactory
 
 log = logging.getLogger(__name__)
 NODE_NAME_ENV = "BURSTWATCH_NODE_NAME"
@@ -93,15 +95,14 @@ def _read_imds(client: ImdsClient, sources: dict[str, str]) -> tuple[Optional[Id
 
 def _catalogue(instance_type: Optional[str], sources: dict[str, str]) -> Optional[TypeEntry]:
     try:
-        table = load_catalogue()
         sources["catalogue"] = catalogue_source()
+        entry = catalogue_entry(instance_type) if instance_type is not None else None
     except (OSError, ValueError) as exc:
         log.error("bundled instance-type catalogue unusable: %s", exc)
         sources["catalogue"] = f"unusable: {exc}"
         return None
     if instance_type is None:
         return None
-    entry = table.get(instance_type)
     if entry is None:
         log.warning("instance_type=%s is not in the bundled catalogue (%s); set [instance.bandwidth] or "
                     "allow ec2:DescribeInstanceTypes", instance_type, sources["catalogue"])
@@ -109,7 +110,7 @@ def _catalogue(instance_type: Optional[str], sources: dict[str, str]) -> Optiona
 
 
 def discover(cfg: configmod.Config, sysfs: str = "/sys", imds: Optional[ImdsClient] = None,
-             api_factory: Optional[ec2api.ClientFactory] = None, isolate_api: bool = False) -> InstanceInfo:
+             api_factory: Optional[ClientFactory] = None, isolate_api: bool = False) -> InstanceInfo:
     """Ask IMDS (if enabled) who we are, match ENIs to interfaces, and resolve the bandwidth profile.
 
     Never raises on IMDS, AWS or sysfs faults: each is logged and recorded in `sources`. Off EC2 (or with
@@ -141,7 +142,7 @@ def _match_enis(enis: list[Eni], sysfs: str) -> dict[str, str]:
 
 
 def _describe_type(cfg: configmod.Config, instance_type: Optional[str], region: Optional[str],
-                   api_factory: Optional[ec2api.ClientFactory], isolate_api: bool,
+                   api_factory: Optional[ClientFactory], isolate_api: bool,
                    sources: dict[str, str]) -> Optional[TypeEntry]:
     """The type's entry from DescribeInstanceTypes, when the type and region are known and the API is
     allowed; how it went in `sources`."""
@@ -151,30 +152,35 @@ def _describe_type(cfg: configmod.Config, instance_type: Optional[str], region: 
                                  "instance.describe_api = false" if not cfg.instance.describe_api else
                                  "no region (not on EC2)")
         return None
-    factory = api_factory or ec2api.client_factory(cfg.instance.ec2_endpoint_url)
 
-    def lookup() -> ec2api.ApiLookup:
-        return ec2api.lookup_instance_type(instance_type, region, cfg.state_dir, factory)
+    def lookup() -> tuple[Optional[dict[str, Any]], str, str]:
+        # Imported here and answered as plain values: with `isolate_api` neither the API reader nor boto3
+        # loads into the daemon, not even to unpickle the answer.
+        from agent.readers import ec2api
+
+        factory = api_factory or ec2api.client_factory(cfg.instance.ec2_endpoint_url)
+        res = ec2api.lookup_instance_type(instance_type, region, cfg.state_dir, factory)
+        return res.info, res.status, res.detail
 
     if isolate_api:
         # The daemon asks from a forked child, so boto3 never stays resident for this one call
         # (docs/architecture.md, "What stays out of the resident process").
         try:
-            res = call_in_child(lookup, timeout=30.0)
+            info, status, detail = call_in_child(lookup, timeout=30.0)
         except ChildFailed as exc:
-            res = ec2api.ApiLookup(None, "error", str(exc))
+            info, status, detail = None, "error", str(exc)
     else:
-        res = lookup()
-    api_entry = entry_from_describe(res.info) if res.info is not None else None
-    sources["api"], sources["api_detail"] = res.status, res.detail
+        info, status, detail = lookup()
+    api_entry = entry_from_describe(info) if info is not None else None
+    sources["api"], sources["api_detail"] = status, detail
     if api_entry is None:
         log.info("instance_type=%s: DescribeInstanceTypes %s (%s); using the bundled catalogue",
-                 instance_type, res.status, res.detail)
+                 instance_type, status, detail)
     return api_entry
 
 
 def _discover(cfg: configmod.Config, sysfs: str, imds: Optional[ImdsClient],
-              api_factory: Optional[ec2api.ClientFactory], started: float,
+              api_factory: Optional[ClientFactory], started: float,
               isolate_api: bool = False) -> InstanceInfo:
     sources: dict[str, str] = {}
     identity: Optional[Identity] = None
@@ -228,7 +234,7 @@ def profile_for(cfg: configmod.Config, info: InstanceInfo,
     itype = cfg.instance.type or (info.identity.instance_type if info.identity else None)
     api = info.api_entry if info.api_entry is not None and info.api_entry.instance_type == itype else None
     try:
-        cat = load_catalogue().get(itype) if itype else None
+        cat = catalogue_entry(itype) if itype else None
     except (OSError, ValueError) as exc:
         log.error("bundled instance-type catalogue unusable: %s", exc)
         cat = None

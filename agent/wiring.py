@@ -22,7 +22,6 @@ from agent.exporters.ena import EnaView
 from agent.exporters.instance import InstanceView
 from agent.exporters.prometheus import BuildInfoView, ReloadState, SamplerView
 from agent.exporters.state import StateView
-from agent.models.catalogue import forget_catalogue
 from agent.models.credit_model import CreditReading
 from agent.models.profile import BandwidthProfile
 from agent.readers.ethtool import IoctlEthtoolReader
@@ -157,7 +156,6 @@ def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
     a = Agent(cfg, paths)
     a.instance = discover(cfg, sysfs=paths.sysfs, isolate_api=True)
     a.profile = a.instance.profile
-    forget_catalogue()          # read again only if a reload changes the type
     a.interfaces = resolve_interfaces(cfg, a.discovered_interfaces)
     watcher = _watch_enis(a)
 

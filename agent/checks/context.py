@@ -147,9 +147,9 @@ def facts_from_config(cfg: configmod.Config) -> InstanceFacts:
     entry = None
     if cfg.instance.type:
         try:
-            from agent.models.catalogue import load_catalogue
+            from agent.models.catalogue import catalogue_entry
 
-            entry = load_catalogue().get(cfg.instance.type)
+            entry = catalogue_entry(cfg.instance.type)
         except (OSError, ValueError) as exc:
             log.warning("instance-type catalogue unusable: %s", exc)
     return InstanceFacts(instance_type=cfg.instance.type, vcpus=os.cpu_count(),

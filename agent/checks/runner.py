@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 from agent.checks import CHECKS, interval, is_slow
+from agent.isolate import Spawned
 from agent.models.checks import Verdict, worst
 
 log = logging.getLogger(__name__)
@@ -67,29 +67,35 @@ class SubprocessExecutor:
         self.config_path = config_path
         self.timeout = timeout
         self._lock = threading.Lock()
-        self._child: Optional[subprocess.Popen] = None
+        self._child: Optional[Spawned] = None
         self._cancelled = False
 
     def __call__(self, names: Sequence[str]) -> CheckRound:
         root = str(Path(__file__).resolve().parents[2])
-        cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r}); from agent.cli import main; "
-               "sys.exit(main())", "check", "--json"]
+        # The child runs as the daemon does (packaging/bin/burstwatch): the same interpreter flags (-I, -S)
+        # and the distribution's site-packages without their .pth files.
+        flags = [f for f, on in (("-I", sys.flags.isolated), ("-S", sys.flags.no_site)) if on]
+        site = ("import site; sys.path += [p for p in site.getsitepackages() if p not in sys.path]; "
+                if sys.flags.no_site else "")
+        cmd = [sys.executable, *flags, "-c", f"import sys; sys.path.insert(0, {root!r}); {site}"
+               "from agent.cli import main; sys.exit(main())", "check", "--json"]
         if self.config_path:
             cmd += ["--config", self.config_path]
         cmd += ["--checks", ",".join(names)]
         with self._lock:
             if self._cancelled:
                 raise RoundCancelled("the check service is stopping")
-            child = self._child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            child = self._child = Spawned(cmd)
         try:
             stdout, stderr = child.communicate(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.communicate()
+        except TimeoutError:
+            child.signal(signal.SIGKILL)
+            child.wait()
             raise
         finally:
             with self._lock:
                 self._child = None
+        assert child.returncode is not None      # communicate() reaped it
         if self._cancelled or -child.returncode in _STOP_SIGNALS:
             how = "cancelled by stop" if self._cancelled else f"stopped by {signal.Signals(-child.returncode).name}"
             raise RoundCancelled(f"`burstwatch check` {how}")
@@ -106,8 +112,8 @@ class SubprocessExecutor:
         for a path MTU probe, and a child left behind would outlive `burstwatch run` outside systemd."""
         with self._lock:
             self._cancelled = True
-            if self._child is not None and self._child.poll() is None:
-                self._child.terminate()
+            if self._child is not None:
+                self._child.signal(signal.SIGTERM)
 
 
 def subprocess_executor(config_path: Optional[str], timeout: float = 180.0) -> SubprocessExecutor:

@@ -152,16 +152,47 @@ def _load(path: str) -> tuple[str, dict[str, TypeEntry]]:
 def load_catalogue(path: Optional[str] = None) -> dict[str, TypeEntry]:
     """instance type -> TypeEntry from the bundled catalogue (or `path`); parsed once, then cached.
 
+    For the tools and tests that need every type; a process that needs one type asks `catalogue_entry`.
     Raises OSError or ValueError on a missing or corrupt file; callers log it and go on without."""
     return _load(str(path or DEFAULT_PATH))[1]
 
 
-def forget_catalogue() -> None:
-    """Drop the parsed catalogue (847 types, ~0.6 MiB of objects): the daemon needs it at start-up and
-    on a reload that changes the type, not resident in between."""
-    _load.cache_clear()
+_TYPES_OPEN = ',"types":{'
+
+
+def _header(line: str) -> dict[str, Any]:
+    """The catalogue's first line (encode_catalogue's header, up to `"types":{`) as a dict, checked."""
+    if not line.rstrip().endswith(_TYPES_OPEN):
+        raise ValueError(f"not a {CATALOGUE_FORMAT} file (no one-type-per-line layout)")
+    doc = json.loads(line.rstrip()[:-len(_TYPES_OPEN)] + "}")
+    if not isinstance(doc, dict) or doc.get("format") != CATALOGUE_FORMAT:
+        raise ValueError(f"not a {CATALOGUE_FORMAT} file")
+    if tuple(doc.get("fields") or ()) != ROW_FIELDS or tuple(doc.get("card_fields") or ()) != CARD_FIELDS:
+        raise ValueError("catalogue columns differ from this version's")
+    return doc
+
+
+@functools.lru_cache(maxsize=16)
+def _row(path: str, instance_type: str) -> tuple[str, Optional[TypeEntry]]:
+    key = json.dumps(instance_type) + ":"
+    with open(path, encoding="utf-8") as f:
+        source = str(_header(f.readline()).get("source", ""))
+        for line in f:
+            if line.startswith(key):
+                return source, entry_from_row(instance_type, json.loads(line[len(key):].rstrip().rstrip(",")))
+    return source, None
+
+
+def catalogue_entry(instance_type: str, path: Optional[str] = None) -> Optional[TypeEntry]:
+    """One type's entry (None when the catalogue has none), read from its line of the file.
+
+    The daemon asks for its own type (and its peers'): parsing all 847 rows costs ~0.8 MiB of RSS that
+    the allocator keeps after the table is dropped, while one row costs nothing that stays
+    (docs/architecture.md, "What stays out of the resident process"). Raises like load_catalogue."""
+    return _row(str(path or DEFAULT_PATH), instance_type)[1]
 
 
 def catalogue_source(path: Optional[str] = None) -> str:
     """Which data the catalogue was generated from (its header's "source")."""
-    return _load(str(path or DEFAULT_PATH))[0]
+    with open(str(path or DEFAULT_PATH), encoding="utf-8") as f:
+        return str(_header(f.readline()).get("source", ""))

@@ -126,10 +126,10 @@ def result_from_document(plan: ProbePlan, doc: dict[str, Any], started: float, s
 
 
 def _catalogue_figure(instance_type: str, attr: str) -> Optional[float]:
-    from agent.models.catalogue import load_catalogue
+    from agent.models.catalogue import catalogue_entry
 
     try:
-        entry = load_catalogue().get(instance_type)
+        entry = catalogue_entry(instance_type)
     except (OSError, ValueError):
         return None
     value = getattr(entry, attr) if entry is not None else None

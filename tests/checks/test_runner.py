@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import pytest
 
@@ -15,6 +15,7 @@ from agent import config as configmod
 from agent.checks import CHECKS, DEFAULT_INTERVAL, interval, run_timed
 from agent.checks import runner as runner_module
 from agent.checks.runner import CheckRound, CheckRunner, subprocess_executor
+from agent.isolate import Spawned
 from agent.models.checks import Verdict
 from agent.readers.pmtu import PathMtu, measure_path_mtu
 from tests.checks.helpers import fixture_context
@@ -176,24 +177,21 @@ def test_the_daemon_executor_runs_burstwatch_check_in_a_child(tmp_path: Path) ->
         assert st.durations["path_mtu"] > 0
 
 
-_POPEN = subprocess.Popen     # the real one: the tests below patch subprocess.Popen (the module is shared)
-
-
 class SleepingChild:
-    """Popen stand-in for the round's child: `sleep 30`, so a stop always lands mid-round."""
+    """Stands in for the round's child: `sleep 30` spawned the same way, so a stop always lands mid-round."""
 
     def __init__(self) -> None:
-        self.children: list[subprocess.Popen] = []
+        self.children: list[Spawned] = []
 
-    def __call__(self, cmd: list[str], **kw: Any) -> subprocess.Popen:
-        child = _POPEN(["sleep", "30"], **kw)
+    def __call__(self, cmd: list[str]) -> Spawned:
+        child = Spawned([shutil.which("sleep") or "/bin/sleep", "30"])
         self.children.append(child)
         return child
 
 
 def _start_mid_round(monkeypatch: pytest.MonkeyPatch) -> tuple[CheckRunner, SleepingChild]:
     spawn = SleepingChild()
-    monkeypatch.setattr(runner_module.subprocess, "Popen", spawn)
+    monkeypatch.setattr(runner_module, "Spawned", spawn)
     runner = CheckRunner(subprocess_executor(None))
     runner.start()
     deadline = time.monotonic() + 5
@@ -218,7 +216,7 @@ def test_stop_cancels_the_rounds_child_quietly(monkeypatch: pytest.MonkeyPatch,
     t = time.monotonic()
     runner.stop(2.0)
     assert time.monotonic() - t < 1.5, "stop waited for the child"
-    assert spawn.children[0].wait(5) == -signal.SIGTERM
+    assert spawn.children[0].wait() == -signal.SIGTERM
     assert runner._thread is not None and not runner._thread.is_alive()
     _assert_one_quiet_line(caplog, runner)
 
@@ -229,7 +227,7 @@ def test_child_killed_by_systemd_just_before_the_stop_is_quiet(monkeypatch: pyte
     Before the fix this logged 'check round failed' with a RuntimeError traceback ("exited -15")."""
     caplog.set_level(logging.DEBUG)
     runner, spawn = _start_mid_round(monkeypatch)
-    spawn.children[0].send_signal(signal.SIGTERM)
+    spawn.children[0].signal(signal.SIGTERM)
     time.sleep(0.3)
     runner.stop(2.0)
     runner._thread.join(5) if runner._thread is not None else None
@@ -240,7 +238,7 @@ def test_child_killed_without_a_stop_warns_once(monkeypatch: pytest.MonkeyPatch,
                                                caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     runner, spawn = _start_mid_round(monkeypatch)
-    spawn.children[0].send_signal(signal.SIGTERM)
+    spawn.children[0].signal(signal.SIGTERM)
     deadline = time.monotonic() + 5
     while not any(r.levelname == "WARNING" for r in caplog.records) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.commands import probe as cli
+from agent.commands import probe_options as options
 from tests.support.iperf3 import free_port, iperf3_client, iperf3_server, responder, wait_listening
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    cli.add_probe_arguments(parser)
+    options.add_probe_arguments(parser)
     return parser.parse_args(list(argv))
 
 
@@ -34,22 +35,22 @@ def parse(*argv: str) -> argparse.Namespace:
     ("fd00::1", ("fd00::1", None)),
 ])
 def test_split_target(target: str, expect: tuple) -> None:
-    assert cli.split_target(target) == expect
+    assert options.split_target(target) == expect
 
 
 @pytest.mark.parametrize("bad", ["", ":5201", "host:0", "host:70000", "host:http", "[fd00::1", "[::1]x"])
 def test_split_target_rejects(bad: str) -> None:
     with pytest.raises(ValueError):
-        cli.split_target(bad)
+        options.split_target(bad)
 
 
 def test_parse_bitrate_and_units() -> None:
-    assert cli.parse_bitrate("100M") == 100_000_000
-    assert cli.parse_bitrate("1.5g") == 1_500_000_000
-    assert cli.parse_bitrate("2500") == 2500
+    assert options.parse_bitrate("100M") == 100_000_000
+    assert options.parse_bitrate("1.5g") == 1_500_000_000
+    assert options.parse_bitrate("2500") == 2500
     for bad in ("-1M", "fast", "nanM"):
         with pytest.raises(ValueError):
-            cli.parse_bitrate(bad)
+            options.parse_bitrate(bad)
     assert cli.fmt_bytes(1.17 * 1024 ** 3) == "1.17 GBytes"
     assert cli.fmt_rate(9.41e9) == "9.41 Gbits/sec"
     assert cli.fmt_rate(941e6) == " 941 Mbits/sec"

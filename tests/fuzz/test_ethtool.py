@@ -14,7 +14,7 @@ import array
 import struct
 import threading
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Iterable
 
 import pytest
 from hypothesis import example, given
@@ -179,14 +179,14 @@ class FakeKernel(e.IoctlEthtoolReader):
             self.last = self.counts.pop(0)
         return self.last
 
-    def _ioctl(self, ifname: str, buf: Union[bytearray, array.array, object]) -> None:
-        if isinstance(buf, array.array):  # GSTATS: the kernel writes its own count and that many u64s
+    def _ioctl(self, ifname: str, buf: array.array) -> None:
+        if buf.typecode == "Q":  # GSTATS: the kernel writes its own count and that many u64s
             n = self._count()
             buf[0] = e.ETHTOOL_GSTATS | (n << 32)
             for i in range(min(n, len(buf) - 1)):  # the real kernel would overrun a short buffer
                 buf[1 + i] = 1000 + i
             return
-        assert isinstance(buf, bytearray)
+        assert buf.typecode == "B"
         cmd = struct.unpack_from("=I", buf)[0]
         if cmd == e.ETHTOOL_GSSET_INFO:
             struct.pack_into("=IIQI", buf, 0, cmd, 0, self.mask, self._count())
@@ -196,7 +196,7 @@ class FakeKernel(e.IoctlEthtoolReader):
             for i in range(min(n, (len(buf) - 12) // e.ETH_GSTRING_LEN)):
                 struct.pack_into("32s", buf, 12 + i * e.ETH_GSTRING_LEN, b"stat_%d" % i)
         elif self.fill:  # GDRVINFO, GCHANNELS, GRINGPARAM: whatever the driver put there
-            buf[4:] = (self.fill * (len(buf) // len(self.fill) + 1))[:len(buf) - 4]
+            buf[4:] = array.array("B", (self.fill * (len(buf) // len(self.fill) + 1))[:len(buf) - 4])
 
 
 @given(st.lists(st.integers(0, 600), max_size=12), st.sampled_from([1 << e.ETH_SS_STATS, 0, 0xFF]),

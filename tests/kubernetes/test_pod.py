@@ -25,6 +25,7 @@ from tests.conftest import ROOT, require_root_tools, wait_until
 from tests.kubernetes.chart import one, render
 from tests.packaging.debroot import build, copy_tree
 from tests.support.credit_lab import parse_metrics
+from tests.support.launch import launcher_argv, unit_env
 from tests.support.podman import build_image, ensure_base_image, podman, require_podman
 
 pytestmark = pytest.mark.slow
@@ -183,8 +184,9 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _deb_daemon_rss(deb: Path, config: str, tmp: Path, settle: float) -> int:
-    """RSS of the same daemon from the .deb's files (dpkg-deb -x), on the host's Debian python3 and
-    libraries (the same Debian 12 packages the image installs), after `settle` seconds."""
+    """RSS of the same daemon from the .deb's files (dpkg-deb -x), started by its launcher in its unit's
+    environment on the host's Debian python3 and libraries (the same Debian 12 packages the image installs),
+    after `settle` seconds."""
     root = tmp / "deb-root"
     subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, timeout=60)
     state = tmp / "deb-state"
@@ -192,9 +194,10 @@ def _deb_daemon_rss(deb: Path, config: str, tmp: Path, settle: float) -> int:
     cfg = tmp / "deb.toml"
     cfg.write_text(config.replace("/var/lib/burstwatch", str(state))
                    .replace(f":{METRICS_PORT}", f":{METRICS_PORT + 1}"), encoding="utf-8")
-    code = (f"import sys; sys.path.insert(0, {str(root / 'usr/lib/burstwatch')!r}); "
-            "from agent.cli import main; sys.exit(main())")
-    proc = subprocess.Popen(["/usr/bin/python3", "-I", "-c", code, "run", "--config", str(cfg)],
+    units = list(root.glob("**/systemd/system/burstwatch.service"))
+    assert len(units) == 1, units
+    proc = subprocess.Popen([*launcher_argv(root / "usr/lib/burstwatch", root / "usr/bin/burstwatch"),
+                             "run", "--config", str(cfg)], env=unit_env(units[0]),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(settle)

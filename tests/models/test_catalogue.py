@@ -14,6 +14,7 @@ from agent.models.catalogue import (
     DEFAULT_PATH,
     NetworkCard,
     TypeEntry,
+    catalogue_entry,
     catalogue_source,
     decode_catalogue,
     encode_catalogue,
@@ -109,6 +110,32 @@ def test_codec_round_trip_and_errors(tmp_path: Path) -> None:
     bad.write_text("{")
     with pytest.raises(ValueError):
         load_catalogue(str(bad))
+
+
+def test_one_type_read_from_its_line_is_the_table_entry(tmp_path: Path) -> None:
+    """What the daemon reads (one row) is what the whole table says, for every type; a type the file
+    lacks is None; a file that is not the one-type-per-line catalogue raises ValueError like the table."""
+    table = load_catalogue()
+    assert all(catalogue_entry(name) == entry for name, entry in table.items())
+    assert catalogue_entry("x9.nonexistent") is None
+    assert catalogue_entry("r4") is None                      # a prefix of real names is not a match
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps(json.loads(DEFAULT_PATH.read_text()), indent=2))
+    with pytest.raises(ValueError):
+        catalogue_entry("r4.large", str(pretty))
+    other = tmp_path / "other.json"
+    other.write_text(DEFAULT_PATH.read_text().replace('"format":"burstwatch-catalogue/1"', '"format":"x/9"', 1))
+    with pytest.raises(ValueError):
+        catalogue_entry("r4.large", str(other))
+
+
+def test_reading_one_type_keeps_the_table_out_of_the_process() -> None:
+    """Parsing all rows would leave ~0.8 MiB in the daemon (docs/architecture.md)."""
+    code = ("import sys; from agent.models.catalogue import catalogue_entry, catalogue_source; "
+            "e = catalogue_entry('r4.large'); catalogue_source(); "
+            "from agent.models import catalogue as c; print(e.cards[0].peak_gbps, c._load.cache_info().currsize)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["10.0", "0"], out.stdout + out.stderr
 
 
 def test_loaded_once_and_small() -> None:

@@ -6,6 +6,7 @@ installed package in tests/packaging/test_deb_install.py (`verify --root=` the D
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -83,5 +84,25 @@ def test_header_explains_the_choices(unit: str) -> None:
 def test_launcher_is_what_exec_start_runs() -> None:
     launcher = ROOT / "packaging" / "bin" / "burstwatch"
     first = launcher.read_text(encoding="utf-8").splitlines()[0]
-    assert first == "#!/usr/bin/python3 -I"  # isolated: no PYTHONPATH, user site or CWD on sys.path
+    # isolated (no PYTHONPATH, user site or CWD on sys.path), and no .pth file runs (-S)
+    assert first == "#!/usr/bin/python3 -IS"
     assert "/usr/lib/burstwatch" in launcher.read_text(encoding="utf-8")
+
+
+def test_the_launcher_finds_the_distributions_libraries_without_site() -> None:
+    """-S leaves site-packages off sys.path; the launcher adds them back (without their .pth files), so the
+    daemon's libraries import: here Debian's own, as the .deb depends on them."""
+    code = (ROOT / "packaging" / "bin" / "burstwatch").read_text(encoding="utf-8")
+    code = code.replace('LIBDIR = "/usr/lib/burstwatch"', f"LIBDIR = {str(ROOT)!r}")
+    code = code.replace("from agent.cli import main  # noqa: E402\n\nsys.exit(main())",
+                        "import prometheus_client, psutil, systemd.daemon; print(prometheus_client.__file__)")
+    out = subprocess.run(["/usr/bin/python3", "-IS", "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("/usr/lib/python3/dist-packages/"), out.stdout + out.stderr
+
+
+def test_one_malloc_arena_wherever_the_daemon_runs(unit: str) -> None:
+    """The unit and the container image give the daemon the same allocator setting (and the bench reads
+    the unit's)."""
+    assert "Environment=MALLOC_ARENA_MAX=1" in unit.splitlines()
+    containerfile = (ROOT / "packaging" / "container" / "Containerfile").read_text(encoding="utf-8")
+    assert any(line.startswith("ENV ") and "MALLOC_ARENA_MAX=1" in line.split() for line in containerfile.splitlines())

@@ -23,7 +23,8 @@ def probe_from(lab: Lab, ns: str, target: str) -> dict:
     code = textwrap.dedent(f"""
         import argparse, sys
         from agent.commands import probe as cli
-        p = argparse.ArgumentParser(); cli.add_probe_arguments(p)
+        from agent.commands import probe_options as options
+        p = argparse.ArgumentParser(); options.add_probe_arguments(p)
         sys.exit(cli.cmd_probe(p.parse_args([{target!r}, "-t", "1", "-P", "2", "--json"])))
     """)
     proc = lab.run(ns, sys.executable, "-c", code, check=False, timeout=30)
