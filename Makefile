@@ -8,13 +8,18 @@ APT_RUNTIME := python3-venv python3-pyroute2 python3-prometheus-client python3-b
 APT_TEST := python3-psutil nftables iputils-ping iputils-tracepath iperf3 prometheus prometheus-node-exporter iproute2 ethtool lintian rpm debootstrap dpkg-dev fakeroot systemd procps curl debhelper dh-python rpmlint cpio man-db python3-hypothesis openssl podman runc catatonit
 PIP_TEST := pytest==8.3.4 ruff==0.8.4 mypy==1.13.0 vermin==1.6.0 duckdb==1.1.3 kubernetes-validate==1.37.0
 MOTO := .venv-moto
+# The bundled instance catalogue's source (docs/instance.md): the DescribeInstanceTypes dump that this moto
+# release ships. A newer release: change the version, `make catalogue`, commit agent/data/catalogue.json.
+# The test moto (MOTO above, moto_server) keeps its own version.
+CATALOGUE_MOTO := 5.2.5
+CATALOGUE_SRC := .tools/moto-$(CATALOGUE_MOTO)
 # Amazon Linux 2023 runs Python 3.9: the unit tests also run there, on the library versions the .deb's
 # Debian 12 packages pin (the .rpm bundles the same ones). This machine's image has it under pyenv.
 PY39 ?= $(firstword $(wildcard /root/.pyenv/versions/3.9*/bin/python3.9) $(shell command -v python3.9))
 VENV39 := .venv39
 PIP39 := bcrypt==3.2.2 pyyaml==6.0.1 prometheus_client==0.16.0 psutil==5.9.4 pyroute2==0.7.2 boto3==1.26.27 botocore==1.29.27 tomli==2.0.1 pytest==8.3.4 hypothesis==6.67.1 duckdb==1.1.3
 
-.PHONY: run test lint unit test39 bench packages clean deps test-deps
+.PHONY: run test lint unit test39 bench packages clean deps test-deps catalogue
 
 define apt_ensure
 	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
@@ -35,12 +40,19 @@ $(VENV)/.deps: pyproject.toml
 run: deps
 	$(VENV)/bin/burstwatch run --config agent/data/default.toml
 
-test-deps: $(VENV)/.test-deps .tools/bin/helm .tools/crds/.done
+test-deps: $(VENV)/.test-deps .tools/bin/helm .tools/crds/.done $(CATALOGUE_SRC)/.done
 $(VENV)/.test-deps: $(VENV)/.deps Makefile
 	$(call apt_ensure,$(APT_TEST))
 	$(VPY) -m pip install -q $(PIP_TEST)
 	test -x $(MOTO)/bin/moto_server || ($(PY) -m venv $(MOTO) && $(MOTO)/bin/pip install -q "moto[server]==5.0.22")
 	touch $@
+
+# The bundled catalogue's source, unpacked alone (no dependencies: it is data).
+$(CATALOGUE_SRC)/.done:
+	$(VPY) -m pip install -q --no-deps --target $(CATALOGUE_SRC) moto==$(CATALOGUE_MOTO)
+	touch $@
+catalogue: deps $(CATALOGUE_SRC)/.done
+	$(VPY) scripts/gen_catalogue.py --moto $(CATALOGUE_SRC)/moto/ec2/resources/instance_types.json.gz
 
 # Helm (tests/kubernetes) and prometheus-operator's CRDs (to validate the chart's ServiceMonitor,
 # PodMonitor and PrometheusRule), both from the Go module proxy; .tools/ is git-ignored.

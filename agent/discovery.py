@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from agent import config as configmod
 from agent.isolate import ChildFailed, call_in_child
-from agent.models.catalogue import TypeEntry, catalogue_entry, catalogue_source, entry_from_describe
+from agent.models.catalogue import (
+    UNKNOWN_TYPE_REMEDY,
+    TypeEntry,
+    catalogue_entry,
+    catalogue_source,
+    entry_from_describe,
+)
 from agent.models.profile import BandwidthProfile, resolve_profile
 from agent.readers.imds import (
     Eni,
@@ -104,8 +110,8 @@ def _catalogue(instance_type: Optional[str], sources: dict[str, str]) -> Optiona
     if instance_type is None:
         return None
     if entry is None:
-        log.warning("instance_type=%s is not in the bundled catalogue (%s); set [instance.bandwidth] or "
-                    "allow ec2:DescribeInstanceTypes", instance_type, sources["catalogue"])
+        log.warning("instance_type=%s is not in the bundled catalogue (%s); %s", instance_type,
+                    sources["catalogue"], UNKNOWN_TYPE_REMEDY)
     return entry
 
 
@@ -250,8 +256,9 @@ def describe_profile(p: BandwidthProfile) -> str:
         return f"{v * 8 / 1e9:g}" if v is not None else "?"
 
     if p.baseline_bytes_per_second is None and p.peak_bytes_per_second is None:
-        return (f"type={p.instance_type or '?'}, bandwidth unknown "
-                "(set [instance] type or [instance.bandwidth])")
+        if p.instance_type is None:
+            return "type=?, bandwidth unknown (set [instance] type or [instance.bandwidth])"
+        return f"type={p.instance_type}, bandwidth unknown: no credit estimate ({UNKNOWN_TYPE_REMEDY})"
     line = (f"type={p.instance_type or '?'} baseline={gbit(p.baseline_bytes_per_second)} Gbit/s "
             f"({p.baseline_source}) peak={gbit(p.peak_bytes_per_second)} Gbit/s ({p.peak_source})")
     if p.never_exhausts:

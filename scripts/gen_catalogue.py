@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Generate agent/data/catalogue.json from DescribeInstanceTypes output (moto's bundled data or live pages).
 
-Regenerate from moto (what the repo ships; `make test-deps` installs it into .venv-moto):
-    .venv/bin/python scripts/gen_catalogue.py
+Regenerate from moto's bundled data (what the repo ships; the Makefile's CATALOGUE_MOTO names the release):
+    make catalogue          # unpacks that release into .tools/moto-VERSION, then runs this script with --moto
 From the live API (any recent AWS CLI, which knows BaselineBandwidthInGbps and the queue counts):
     aws ec2 describe-instance-types --region us-east-1 --output json > /tmp/types.json
     .venv/bin/python scripts/gen_catalogue.py --describe /tmp/types.json
-Check that the shipped file is what the source gives (exit 1 if not): add --check.
+Check that the shipped file is what the source gives (exit 1 if not): add --check. Without --moto/--describe,
+the source is the moto release the shipped file's header names, under .tools/moto-VERSION (`make test-deps`).
 """
 
 from __future__ import annotations
@@ -25,22 +26,26 @@ sys.path.insert(0, str(ROOT))
 from agent.models.catalogue import (  # noqa: E402
     DEFAULT_PATH,
     TypeEntry,
+    catalogue_source,
     encode_catalogue,
     entry_from_describe,
 )
 
 
-def find_moto_data() -> Path:
-    pattern = ".venv-moto/lib/python*/site-packages/moto/ec2/resources/instance_types.json*"
-    hits = sorted(glob.glob(str(ROOT / pattern)))
+def find_moto_data(out: Path) -> Path:
+    """The data of the moto release that `out`'s header names ("moto 5.2.5 ..."), unpacked by the Makefile
+    into .tools/moto-VERSION: --check compares with the very source the file was made from."""
+    words = catalogue_source(str(out)).split() if out.exists() else []
+    version = words[1] if len(words) > 1 and words[0] == "moto" else "*"
+    hits = sorted(glob.glob(str(ROOT / ".tools" / f"moto-{version}" / "moto/ec2/resources/instance_types.json*")))
     if not hits:
-        raise SystemExit("moto's instance_types.json not found under .venv-moto: run `make test-deps`, "
-                         "or pass --moto PATH / --describe FILE")
-    return Path(hits[0])
+        raise SystemExit(f"moto {version}'s instance_types.json not found under .tools/: run `make test-deps` "
+                         "(or `make catalogue`), or pass --moto PATH / --describe FILE")
+    return Path(hits[-1])
 
 
 def moto_version(path: Path) -> str:
-    site = path.parents[3]  # site-packages/moto/ec2/resources/<file>
+    site = path.parents[3]  # site-packages (or pip's --target)/moto/ec2/resources/<file>
     dists = sorted(site.glob("moto-*.dist-info"))
     return dists[0].name[len("moto-"):-len(".dist-info")] if dists else "unknown"
 
@@ -85,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         infos = [i for f in args.describe for i in infos_from(read_json(f))]
         source = f"DescribeInstanceTypes JSON ({len(args.describe)} page file(s))"
     else:
-        path = args.moto or find_moto_data()
+        path = args.moto or find_moto_data(args.out)
         infos = infos_from(read_json(path))
         source = f"moto {moto_version(path)} moto/ec2/resources/{path.name}"
     entries = build(infos)

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from agent.exporters.allowance_status import allowance_lines, allowance_status
 from agent.models import figures as F
+from agent.models.catalogue import UNKNOWN_TYPE_REMEDY
 from agent.models.units import DIRECTIONS
 from agent.readers.daemon_metrics import Sample
 
@@ -161,6 +162,10 @@ def render_text(doc: dict[str, Any]) -> str:
     state = (doc.get("credit_model") or {}).get("state", "unknown_profile")
     for d, v in doc["directions"].items():
         lines += _direction(d, v, state)
+    if state == "unknown_profile":
+        itype = (doc.get("instance") or {}).get("instance_type")
+        lines.append(f"  no bandwidth figures for type {itype}: {UNKNOWN_TYPE_REMEDY} (docs/instance.md)" if itype
+                     else "  no instance type: set [instance] type, or [instance.bandwidth] (docs/instance.md)")
     lines += allowance_lines(doc.get("allowances"), _duration)
     lines += _checks(doc["checks"])
     for p in doc["probes"]:

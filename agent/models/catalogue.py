@@ -14,6 +14,9 @@ DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "catalogue.json
 ROW_FIELDS = ("vcpus", "network_performance", "ena_support", "ena_srd_supported", "maximum_network_cards",
               "default_network_card_index", "cards")
 CARD_FIELDS = ("baseline_gbps", "peak_gbps", "default_ena_queues")
+# What an operator does about a type the catalogue lacks (docs/instance.md); the log and `status` say it.
+UNKNOWN_TYPE_REMEDY = ("grant the instance role ec2:DescribeInstanceTypes, or set [instance.bandwidth] "
+                       "baseline_gbps and peak_gbps")
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,7 @@ def _row(path: str, instance_type: str) -> tuple[str, Optional[TypeEntry]]:
 def catalogue_entry(instance_type: str, path: Optional[str] = None) -> Optional[TypeEntry]:
     """One type's entry (None when the catalogue has none), read from its line of the file.
 
-    The daemon asks for its own type (and its peers'): parsing all 847 rows costs ~0.8 MiB of RSS that
+    The daemon asks for its own type (and its peers'): parsing all 1,395 rows costs ~0.8 MiB of RSS that
     the allocator keeps after the table is dropped, while one row costs nothing that stays
     (docs/architecture.md, "What stays out of the resident process"). Raises like load_catalogue."""
     return _row(str(path or DEFAULT_PATH), instance_type)[1]

@@ -28,7 +28,7 @@ BASES = ("refill", "link", "median", "config")
 # alone on the default [probe] schedule fits (5 s at the baseline per round; with the rounds' +-20 %
 # jitter up to 5 rounds fall in one sliding hour: 25 s of baseline, under 0.75 x 36 s = 27 s).
 PER_SOURCE_OF_TOTAL = 0.75
-# The catalogue's median burstable type (c5d.2xlarge, 2.5 Gbit/s baseline: docs/probe-scheduling.md, "What
+# The catalogue's median burstable type (x1e.4xlarge, c5d.2xlarge's 2.5 Gbit/s baseline: docs/probe-scheduling.md, "What
 # probes cost"), standing in when this size's baseline is unknown; tests/models/test_serving_budget.py
 # fails when the catalogue's median moves.
 MEDIAN_BASELINE_BYTES_PER_SECOND = 2.5e9 / 8
