@@ -321,7 +321,9 @@ def _cloudwatch(a: Agent) -> CloudWatchPublisher:
 
     cw, ident = a.cfg.cloudwatch, (a.instance.identity if a.instance else None)
     iid = ident.instance_id if ident else None
-    region = cw.region or (ident.region if ident else None)
+    # DescribeTags asks the instance's own Region (IMDS), whatever [cloudwatch] region publishes to: another
+    # Region answers an unknown instance id with no tags (readers/autoscaling.py).
+    ec2_region = ident.region if ident else None
     imds_get = None
     if a.cfg.imds.enabled and ident is not None:
         im = a.cfg.imds
@@ -333,8 +335,8 @@ def _cloudwatch(a: Agent) -> CloudWatchPublisher:
         cw, region=ident.region if ident else None, instance_id=iid,
         instance_type=a.instance.instance_type if a.instance else a.cfg.instance.type,
         autoscaling_group=(lambda: autoscaling_group_name(
-            iid, imds_get, lambda: aws.client("ec2", region, ec2_url),
-            cache=Path(a.cfg.state_dir) / CACHE_FILE)) if iid else None,
+            iid, imds_get, lambda: aws.client("ec2", ec2_region, ec2_url),
+            cache=Path(a.cfg.state_dir) / CACHE_FILE, region=ec2_region)) if iid else None,
         checks=(lambda: checks.snapshot().verdicts) if checks is not None else None,
         probes=a.probe_results, spool_dir=Path(a.cfg.state_dir) / "spool" / "cloudwatch")
 

@@ -157,7 +157,7 @@ def cloudformation(alarms: list[dict[str, Any]]) -> str:
 
 def _instance_dimensions(args: argparse.Namespace, cfg: configmod.Config, imds: Callable[[str], Optional[str]],
                          tags: Optional[Callable[[str], Optional[str]]], ec2: Callable[[], Any],
-                         ) -> Optional[tuple[str, Dims]]:
+                         ec2_region: Optional[str] = None) -> Optional[tuple[str, Dims]]:
     """(instance id, the dimensions the daemon publishes under), found the way the daemon finds them
     (`tags` reads IMDS instance tags when IMDS is on, `ec2` makes the DescribeTags client); None when the
     instance cannot be told."""
@@ -169,7 +169,8 @@ def _instance_dimensions(args: argparse.Namespace, cfg: configmod.Config, imds: 
         asg: Optional[str] = args.autoscaling_group or None
     else:
         # The daemon's cached answer when it has one: the same group, and no call on EC2's bucket.
-        asg = autoscaling_group_name(instance_id, tags, ec2, cache=Path(cfg.state_dir) / CACHE_FILE)
+        asg = autoscaling_group_name(instance_id, tags, ec2, cache=Path(cfg.state_dir) / CACHE_FILE,
+                                     region=ec2_region)
     return instance_id, common_dimensions(instance_id, instance_type, asg, dict(cfg.cloudwatch.dimensions))
 
 
@@ -192,9 +193,13 @@ def cmd_cloudwatch(args: argparse.Namespace, imds_get: Optional[ImdsGet] = None,
             return None
 
     factory = client_factory or _client
-    region = cw.region or imds("meta-data/placement/region")
+    own_region = imds("meta-data/placement/region")
+    region = cw.region or own_region
+    # DescribeTags asks the instance's Region, as the daemon does (readers/autoscaling.py); off IMDS, with
+    # --instance-id, the one CloudWatch gets is the best guess.
+    ec2_region = own_region or region
     found = _instance_dimensions(args, cfg, imds, imds if imds_get is not None else None,
-                                 lambda: factory("ec2", region, cfg.instance.ec2_endpoint_url))
+                                 lambda: factory("ec2", ec2_region, cfg.instance.ec2_endpoint_url), ec2_region)
     if found is None:
         print("burstwatch cloudwatch alarms: cannot tell which instance (IMDS unavailable): pass "
               "--instance-id and --instance-type", file=sys.stderr)

@@ -5,6 +5,7 @@ cache and the cost model's targets."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from agent.models.credit_model import CreditReading
 from agent.models.cw_aggregate import Datum, PeriodAggregator, SeriesKey
 from agent.models.cw_cost import PUT_METRIC_DATA_TPS, cloudwatch_cost
 from agent.models.figures import CLOUDWATCH_METRICS
-from agent.readers.autoscaling import CACHE_FILE, autoscaling_group_name
+from agent.readers.autoscaling import CACHE_FILE, CACHE_FORMAT, autoscaling_group_name
 from agent.sampling.pipeline import Snapshot
 
 IID, ITYPE = "i-0123456789abcdef0", "m5.large"
@@ -254,18 +255,52 @@ def test_describe_tags_once_per_instance(tmp_path: Path) -> None:
     class Ec2:
         def describe_tags(self, Filters: list[dict[str, Any]]) -> dict[str, Any]:
             calls.append(Filters[0]["Values"][0])
-            return {"Tags": [{"Key": "aws:autoscaling:groupName", "Value": "web-asg"}]}
+            return {"Tags": [{"ResourceId": calls[-1], "Key": "aws:autoscaling:groupName", "Value": "web-asg"}]}
 
     cache = tmp_path / CACHE_FILE
     no_tags: dict[str, str] = {}
-    assert autoscaling_group_name(IID, no_tags.get, Ec2, cache=cache) == "web-asg"
-    assert autoscaling_group_name(IID, no_tags.get, Ec2, cache=cache) == "web-asg"   # a restart
+    assert autoscaling_group_name(IID, no_tags.get, Ec2, cache=cache, region="eu-west-1") == "web-asg"
+    assert autoscaling_group_name(IID, no_tags.get, Ec2, cache=cache, region="eu-west-1") == "web-asg"  # restart
     assert calls == [IID]
-    assert autoscaling_group_name("i-0fffffffffffffff0", no_tags.get, Ec2, cache=cache) == "web-asg"
+    assert autoscaling_group_name("i-0fffffffffffffff0", no_tags.get, Ec2, cache=cache,
+                                  region="eu-west-1") == "web-asg"
     assert len(calls) == 2                          # another instance (an AMI with a stale state_dir) asks
     tags = {"meta-data/tags/instance": "Name"}
     assert autoscaling_group_name(IID, tags.get, Ec2, cache=cache) is None    # IMDS tags answer, for free
     assert len(calls) == 2
+
+
+def test_an_unknown_instance_is_not_cached_as_no_group(moto: str, tmp_path: Path) -> None:
+    """moto in server mode, the instance in eu-west-1: us-east-1's DescribeTags answers its id with no tags
+    and no error. That is not "no group" (nothing cached); the home Region's answer is, either way."""
+    from agent.readers import aws
+
+    ec2_home = aws.client("ec2", "eu-west-1", moto)
+    ami = ec2_home.describe_images()["Images"][0]["ImageId"]
+    grouped, plain = (ec2_home.run_instances(ImageId=ami, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+                      for _ in range(2))
+    ec2_home.create_tags(Resources=[grouped], Tags=[{"Key": "aws:autoscaling:groupName", "Value": "web-asg"}])
+    ec2_home.create_tags(Resources=[plain], Tags=[{"Key": "Name", "Value": "plain"}])
+    cache = tmp_path / CACHE_FILE
+
+    def ask(iid: str, region: str) -> Optional[str]:
+        return autoscaling_group_name(iid, None, lambda: aws.client("ec2", region, moto), cache=cache,
+                                      region=region)
+
+    assert ask(grouped, "us-east-1") is None and not cache.exists()     # the wrong Region: unknown, not cached
+    assert ask(grouped, "eu-west-1") == "web-asg"
+    assert ask(plain, "eu-west-1") is None                              # known there, no group tag: an answer
+    doc = json.loads(cache.read_text())
+    assert (doc["instance_id"], doc["region"], doc["group"]) == (plain, "eu-west-1", None)
+    # a cache from an older version (no Region: maybe another Region's empty answer) is asked again
+    cache.write_text(json.dumps({"format": CACHE_FORMAT, "instance_id": grouped, "group": None,
+                                 "source": "describe_tags", "time": 0}))
+    assert ask(grouped, "eu-west-1") == "web-asg"
+    assert ask(grouped, "us-east-1") is None                            # and another Region's cache is not ours
+    # an instance with no tags at all: no group, asked again at the next start (nothing to prove the Region)
+    bare = ec2_home.run_instances(ImageId=ami, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    assert ask(bare, "eu-west-1") is None
+    assert bare not in cache.read_text()
 
 
 # -- the cost model's targets (issue 20) ------------------------------------------------------------
