@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Union
 
 from agent.models.spend_trend import SpendTrend
 
@@ -46,6 +46,46 @@ RUNNING_OUT_MIN_SHARE = 0.8
 # Default horizon for ConntrackRunningOut on EC2: ten minutes, time to act (raise timeouts' sharpness,
 # shed load) before new connections start failing.
 RUNNING_OUT_HORIZON = 600.0
+
+
+class InstanceLevel:
+    """Which ENI's `conntrack_allowance_available` stands for the instance: the one whose value changed last,
+    and, until one changes, the first interface given (the primary ENI when discovered). Pure; fed once per
+    sample with {interface: level}.
+
+    AWS sizes the allowance per instance ("a maximum number of connections that can be tracked per instance",
+    EC2 user guide, "Monitor network performance for your EC2 instance"), yet the driver reports it on every
+    ENI, each value read from that ENI's device at the moment of `ethtool -S` (ena_ethtool.c
+    ena_metrics_stats -> ena_com_get_customer_metrics: no copy kept by the driver). So the values do not add
+    up (a sum counts the instance's table once per ENI), and one ENI's copy can go stale for hours while
+    another's moves (amzn/amzn-drivers #291: the secondary's value changed only every few hours while most
+    traffic ran through it; the primary's moved all the time). A value that just changed is current by
+    definition; one that has not may be stale or merely steady, so the freshest wins and a tie keeps the
+    ENI already chosen. docs/allowances.md, "Several ENIs", has the reasoning and its sources."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+        self._changed: dict[str, float] = {}
+        self.source: Optional[str] = None           # the interface whose level was used last
+
+    def pick(self, t: float, levels: Mapping[str, int]) -> Optional[int]:
+        """The instance's level from this sample's per-ENI `levels` (None when there are none)."""
+        for name in [n for n in self._last if n not in levels]:   # an ENI gone: forget it
+            del self._last[name]
+            self._changed.pop(name, None)
+        for name, value in levels.items():
+            if name in self._last and self._last[name] != value:
+                self._changed[name] = t
+            self._last[name] = value
+        if not levels:
+            self.source = None
+            return None
+        if self.source not in levels:
+            self.source = next(iter(levels))
+        fresh = max(self._changed.items(), key=lambda kv: kv[1], default=None)
+        if fresh is not None and fresh[1] > self._changed.get(str(self.source), -INF):
+            self.source = fresh[0]
+        return levels[str(self.source)]
 
 
 @dataclass(frozen=True)
@@ -93,6 +133,11 @@ class ConntrackModel:
         self.learned_count = 0
         self.exceeded_total = 0
         self._supported: Optional[bool] = None
+        self.level = InstanceLevel()
+        # A size saved before the level was counted once per instance: on a host with several ENIs it may be a
+        # sum (too large, and the size never falls below the largest level seen), so the first sample with
+        # several levels drops it (to_state's "counted").
+        self._maybe_summed = False
 
     @property
     def size(self) -> Optional[float]:
@@ -110,11 +155,18 @@ class ConntrackModel:
         self.window = seconds
         self.trend.set_window(seconds)
 
-    def observe(self, t: float, available: Optional[int], exceeded_increase: int = 0,
+    def observe(self, t: float, available: Union[None, int, Mapping[str, int]], exceeded_increase: int = 0,
                 in_use: Optional[float] = None) -> ConntrackReading:
-        """One sample: `t` monotonic seconds; `available` the level (None: the driver does not report it);
-        `exceeded_increase` this sample's reset-safe increase of conntrack_allowance_exceeded; `in_use` an
-        independent count of the tracked flows now, when one exists."""
+        """One sample: `t` monotonic seconds; `available` the level (None: the driver does not report it), or
+        {interface: level} from several ENIs, of which one stands for the instance (InstanceLevel);
+        `exceeded_increase` this sample's reset-safe increase of conntrack_allowance_exceeded, summed over
+        the ENIs (each dropped packet is counted on the one ENI it was dropped at); `in_use` an independent
+        count of the tracked flows now, when one exists."""
+        if isinstance(available, Mapping):
+            if self._maybe_summed and len(available) > 1:
+                self.max_available, self.learned, self.learned_count = None, None, 0
+            self._maybe_summed = False
+            available = self.level.pick(t, available)
         exceeded_increase = max(0, int(exceeded_increase))
         self.exceeded_total += exceeded_increase
         self._supported = available is not None
@@ -165,11 +217,12 @@ class ConntrackModel:
     # -- persistence (pure: dicts in and out; the caller keys it by instance type and writes the file) ----
     def to_state(self) -> dict[str, Any]:
         return {"max_available": self.max_available, "learned": self.learned,
-                "learned_count": self.learned_count}
+                "learned_count": self.learned_count, "counted": "instance"}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Take a saved size; anything malformed is ignored field by field (a bad file is never fatal)."""
         m, learned, count = state.get("max_available"), state.get("learned"), state.get("learned_count", 0)
+        self._maybe_summed = "max_available" in state and state.get("counted") != "instance"
         if isinstance(m, (int, float)) and not isinstance(m, bool) and m >= 0:
             self.max_available = int(max(m, self.max_available or 0))
         if isinstance(learned, (int, float)) and not isinstance(learned, bool) and learned > 0:

@@ -1,8 +1,9 @@
 """Sampling step for the PPS and conntrack allowances: the ENA counters (or the nft lab's) into their models.
 
 Runs after ethtool and shaping (docs/architecture.md, "The sampling loop"). It takes this sample's increases
-of pps_allowance_exceeded, conntrack_allowance_exceeded and linklocal_allowance_exceeded and the level
-conntrack_allowance_available, summed over the monitored ENIs, from the ethtool step's reading (or, with
+of pps_allowance_exceeded, conntrack_allowance_exceeded and linklocal_allowance_exceeded, summed over the
+monitored ENIs, and each ENI's level conntrack_allowance_available (one stands for the instance), from the
+ethtool step's reading (or, with
 `[allowances] source = "nft"`, from the lab's nftables limiters: agent/readers/nft.py), the packets of the
 netdev step, and whether bandwidth shaping explains the sample; it feeds ConntrackModel and PpsCeilingModel
 (docs/allowances.md) and keeps their learned figures in state_dir/allowances.json, keyed by instance type.
@@ -15,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Protocol
+from typing import Any, Callable, Mapping, Optional, Protocol, Union
 
 from agent.config import AllowancesConfig
 from agent.models.conntrack import ConntrackModel, ConntrackReading, running_out
@@ -65,7 +66,7 @@ class AllowanceReading:
 class _Inputs:
     pps_exceeded: Optional[int]         # this sample's increase; None: no such counter here
     conntrack_exceeded: Optional[int]
-    available: Optional[int]            # the level; None: not reported
+    available: Union[None, int, Mapping[str, int]]   # the level (per ENI from ENA); None: not reported
 
 
 class AllowanceStore:
@@ -171,15 +172,15 @@ class AllowancesStep:
     # -- inputs ----------------------------------------------------------------------------------
     def _from_ethtool(self, ethtool: Optional[Mapping[str, InterfaceEthtool]]) -> _Inputs:
         sums: dict[str, Optional[int]] = {"pps": None, "conntrack": None}
-        available: Optional[int] = None
-        for r in (ethtool or {}).values():
+        levels: dict[str, int] = {}        # one ENI's stands for the instance: models/conntrack.py InstanceLevel
+        for name, r in (ethtool or {}).items():
             for kind, total in list(sums.items()):
                 stat = ALLOWANCE_STATS[kind]
                 if stat in r.raw:
                     sums[kind] = (total or 0) + r.increase.get(stat, 0)
             if CONNTRACK_AVAILABLE in r.raw:
-                available = (available or 0) + r.raw[CONNTRACK_AVAILABLE]
-        return _Inputs(sums["pps"], sums["conntrack"], available)
+                levels[name] = r.raw[CONNTRACK_AVAILABLE]
+        return _Inputs(sums["pps"], sums["conntrack"], levels or None)
 
     def _from_nft(self, dt: float) -> _Inputs:
         c = self._nft.counters()

@@ -13,6 +13,7 @@ from agent.models.conntrack import (
     DEFAULT_WINDOW,
     LAB_WINDOW,
     ConntrackModel,
+    InstanceLevel,
     running_out,
 )
 
@@ -196,3 +197,61 @@ def test_ec2_shapes_with_the_default_window(name: str, samples: list[tuple[float
         n += 1
         hits += abs(r.full_seconds - (full - t)) <= max(2.0, 0.2 * (full - t))
     assert hits / n >= least, (name, hits / n)
+
+
+# -- several ENIs: one value stands for the instance (docs/allowances.md, "Several ENIs") --------------------
+
+def test_the_freshest_eni_stands_for_the_instance_and_a_stale_one_is_ignored() -> None:
+    """amzn/amzn-drivers #291: eth1's copy stays at an old value for hours while eth0's moves. The instance's
+    table is counted once (not eth0 + eth1) and follows eth0; the stale copy never pulls the forecast."""
+    m = ConntrackModel(window=3.0)
+    stale = 9000                                          # eth1's value from hours ago: the table was emptier
+    r = None
+    for i in range(20):                                   # the table fills by 100 a sample, seen on eth0
+        r = m.observe(i * 0.2, {"eth0": 10_000 - 100 * i, "eth1": stale})
+        assert r.available == 10_000 - 100 * i
+    assert r is not None and m.level.source == "eth0"
+    assert r.size == 10_000                               # a sum would learn 19,000 and halve the share in use
+    assert r.in_use_ratio == pytest.approx(0.19)
+    assert r.full_seconds == pytest.approx(8100 / 500, rel=0.05)   # 8,100 left at 500 a second
+
+
+def test_a_stale_primary_gives_way_to_the_eni_that_moves() -> None:
+    lv = InstanceLevel()
+    assert lv.pick(0.0, {"eth0": 500, "eth1": 700}) == 500 and lv.source == "eth0"   # nothing moved: primary
+    assert lv.pick(1.0, {"eth0": 500, "eth1": 690}) == 690 and lv.source == "eth1"   # eth1 moved, eth0 did not
+    assert lv.pick(2.0, {"eth0": 500, "eth1": 690}) == 690 and lv.source == "eth1"   # a steady level stays put
+    # eth0's stale copy catches up: both moved in this sample, the ENI already chosen keeps it
+    assert lv.pick(3.0, {"eth0": 680, "eth1": 681}) == 681 and lv.source == "eth1"
+    assert lv.pick(4.0, {"eth0": 680, "eth1": 670}) == 670 and lv.source == "eth1"
+    # eth1 goes stale now and eth0 moves: eth0 again
+    assert lv.pick(5.0, {"eth0": 660, "eth1": 670}) == 660 and lv.source == "eth0"
+    # the chosen ENI goes away: the first one left, until another moves
+    assert lv.pick(6.0, {"eth0": 660}) == 660 and lv.source == "eth0"
+    assert lv.pick(7.0, {}) is None and lv.source is None
+
+
+def test_a_single_level_and_the_nft_lab_are_taken_as_they_are() -> None:
+    m = ConntrackModel()
+    assert m.observe(0.0, 1234).available == 1234
+    assert m.observe(0.2, {"eth0": 1200}).available == 1200 and m.level.source == "eth0"
+    assert m.observe(0.4, None).available is None
+
+
+def test_a_size_saved_as_a_sum_is_dropped_on_a_several_eni_host_only() -> None:
+    """State written when the level was summed over ENIs (no "counted" key): on a two-ENI host its size may be
+    twice the table's, and it never falls below the largest level seen, so it goes; one ENI keeps it."""
+    old = {"max_available": 20_000, "learned": 20_500.0, "learned_count": 2}
+    two = ConntrackModel()
+    two.restore(old)
+    r = two.observe(0.0, {"eth0": 10_000, "eth1": 9_000})
+    assert (r.size, r.size_method, r.learned_count) == (10_000, "max_available", 0)
+    one = ConntrackModel()
+    one.restore(old)
+    assert one.observe(0.0, {"eth0": 10_000}).size == 20_500.0
+    again = ConntrackModel()
+    again.restore(two.to_state())                       # written by this version: kept on any host
+    assert again.observe(0.0, {"eth0": 10_000, "eth1": 9_000}).size == 10_000
+    fleet = ConntrackModel()
+    fleet.restore({"learned": 30_000.0, "learned_count": 0})      # the fleet's figure (adopt): not a saved state
+    assert fleet.observe(0.0, {"eth0": 10_000, "eth1": 9_000}).size == 30_000.0

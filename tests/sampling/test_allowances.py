@@ -201,3 +201,22 @@ def test_a_restored_figure_wins_over_the_fleets_and_a_withdrawn_fleet_figure_sta
     fresh.adopt(None, 150_000.0)
     fresh.adopt(None, None)                             # the fleet's consensus withdrawn: the prior stays
     assert (fresh.pps.ceiling, fresh.pps.source, fresh.conntrack.size) == (150_000.0, "fleet", None)
+
+
+def test_a_two_eni_host_counts_the_instance_table_once_and_skips_the_stale_copy(tmp_path: Path) -> None:
+    """The driver reports conntrack_allowance_available on each ENI; AWS sizes it per instance. eth1's copy is
+    stale (amzn/amzn-drivers #291): the step follows eth0's, never the sum, and sums the exceeded counters."""
+    def two(available0: int, available1: int, exceeded0: int = 0, exceeded1: int = 0) -> dict[str, InterfaceEthtool]:
+        return {**{"eth0": ena(available0, conntrack=exceeded0)["eth0"]},
+                "eth1": ena(available1, conntrack=exceeded1)["eth0"]}
+
+    s = step(tmp_path)
+    r = None
+    for i in range(10):
+        r = s.run(i * 0.2, delta(10), None, two(2000 - 100 * i, 1900), None)
+    assert r is not None and r.conntrack is not None
+    assert r.conntrack.available == 1100 and r.conntrack.size == 2000       # not 3000 / 3900
+    assert r.conntrack.in_use_ratio == pytest.approx(0.45)
+    assert s.conntrack.level.source == "eth0"
+    r = s.run(2.0, delta(10), None, two(1000, 1900, exceeded0=2, exceeded1=3), None)
+    assert r.conntrack is not None and r.conntrack.exceeded_total == 5 and r.conntrack.available == 1000

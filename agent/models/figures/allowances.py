@@ -28,9 +28,11 @@ CONNTRACK_SIZE_ENTRIES = Figure(
         "`exceeded` (flows in use + available at a moment the table was full); kept in state_dir per instance type")
 CONNTRACK_AVAILABLE_ENTRIES = Figure(
     "burstwatch_conntrack_available_entries", "gauge", "allowances",
-    "Tracked connections still available, summed over the monitored interfaces (or the lab's nft limit).",
-    doc="`conntrack_allowance_available` summed over the ENIs (Nitro, driver ≥ 2.8.1 with the device capability; "
-        "absent otherwise)")
+    "Tracked connections still available to the instance: one ENI's level, the freshest, never a sum (or the "
+    "lab's nft limit).",
+    doc="`conntrack_allowance_available` of the ENI whose value changed last (until one does, the primary): the "
+        "instance's table, counted once (allowances.md, \"Several ENIs, one table\"); Nitro, driver ≥ 2.8.1 with "
+        "the device capability; absent otherwise")
 CONNTRACK_IN_USE_RATIO = Figure(
     "burstwatch_conntrack_in_use_ratio", "gauge", "allowances",
     "Share of the learned conntrack size in use (0..1).",
