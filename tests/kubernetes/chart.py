@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 from pathlib import Path
 from typing import Any, Optional
@@ -14,9 +15,34 @@ from tests.conftest import ROOT
 CHART = ROOT / "packaging" / "helm" / "burstwatch"
 HELM = ROOT / ".tools" / "bin" / "helm"
 CRDS = ROOT / ".tools" / "crds"
-# Kubernetes versions Amazon EKS supports on 2026-11-24, standard and extended support (docs/kubernetes.md,
-# "Supported Kubernetes versions", from the EKS release calendar): 1.34-1.36 standard, 1.31-1.33 extended.
-EKS_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
+# Amazon EKS's release calendar as read on 2026-11-27 (docs/kubernetes.md, "Supported Kubernetes versions"):
+# each version's end of standard and of extended support, UTC. AWS: "Understand the Kubernetes version
+# lifecycle on EKS", https://docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html
+# #kubernetes-release-calendar (1.31-1.35; 1.35 as mirrored by endoflife.date/amazon-eks). 1.36: EKS
+# release 2026-06-02 (devopsdreams.blogspot.com, 2026-08-16; not yet in our copy of AWS's table), ends by
+# AWS's rule of 14 + 12 months. A version leaves the list on its end of extended support ("On the end of
+# extended support date, you can no longer create new Amazon EKS clusters with the unsupported version").
+EKS_CALENDAR_READ = datetime.date(2026, 11, 27)
+EKS_CALENDAR: dict[str, tuple[datetime.date, datetime.date]] = {
+    # version: (end of standard support, end of extended support)
+    "1.30": (datetime.date(2025, 7, 23), datetime.date(2026, 7, 23)),
+    "1.31": (datetime.date(2025, 11, 26), datetime.date(2026, 11, 26)),
+    "1.32": (datetime.date(2026, 3, 23), datetime.date(2027, 3, 23)),
+    "1.33": (datetime.date(2026, 7, 29), datetime.date(2027, 7, 29)),
+    "1.34": (datetime.date(2026, 12, 2), datetime.date(2027, 12, 2)),
+    "1.35": (datetime.date(2027, 3, 27), datetime.date(2028, 3, 27)),
+    "1.36": (datetime.date(2027, 8, 2), datetime.date(2028, 8, 2)),
+}
+
+
+def eks_versions(today: datetime.date) -> tuple[str, ...]:
+    """The versions EKS supports on `today` (standard or extended), oldest first."""
+    return tuple(v for v, (_, extended) in EKS_CALENDAR.items() if today < extended)
+
+
+# Validated on the day the tests run, so a version drops out on its end date without an edit here
+# (tests/kubernetes/test_eks_versions.py fails when the calendar needs reading again).
+EKS_VERSIONS = eks_versions(datetime.datetime.now(datetime.timezone.utc).date())
 
 # Non-default values that switch on every optional object and branch of the templates.
 FULL_VALUES: dict[str, Any] = {
