@@ -75,6 +75,17 @@ def build() -> dict:
         panel(9, "Probe throughput", [(f"8 * burstwatch_probe_throughput_bytes_per_second{{{SEL}}}",
                                        "{{instance}} → {{peer}} {{direction}}")],
               "bps", 0, 32, w=24),
+        # The ENI behind each interface (burstwatch_interface_info), joined onto the per-interface rate so a
+        # series names the ENI ID that VPC Flow Logs and ENI inventories use.
+        panel(10, "Rate per ENI",
+              [(f"8 * burstwatch_interface_throughput_bytes_per_second{{{SEL}}}"
+                f" * on (instance, interface) group_left (eni_id, network_card) burstwatch_interface_info{{{SEL}}}",
+                "{{instance}} {{interface}} {{eni_id}} {{direction}}")],
+              "bps", 0, 40, w=12, desc="Per-interface rate with the interface's ENI ID and network card (IMDS)."),
+        panel(11, "Interfaces and their ENIs", [(f"burstwatch_interface_info{{{SEL}}}", "")], "none", 12, 40,
+              w=12, kind="table", desc="Each monitored interface's ENI ID, device index, network card and MAC.",
+              instant=True, **_table("interface", False, {}, keep=("instance", "interface", "eni_id", "device_index",
+                                                                  "network_card", "mac"))),
     ]
     return {
         "title": "burstwatch: EC2 network burst credits", "uid": "burstwatch", "schemaVersion": 38,
@@ -103,8 +114,11 @@ def _stat(pid: int, title: str, expr: str, x: int, desc: str, alarm: bool = True
                  instant=True)
 
 
-def _table(sort_by: str, desc: bool, rename: dict[str, str], merge: bool = False) -> dict:
+def _table(sort_by: str, desc: bool, rename: dict[str, str], merge: bool = False,
+           keep: tuple[str, ...] = ()) -> dict:
     transformations = [{"id": "merge", "options": {}}] if merge else []
+    if keep:   # only these columns, in this order
+        transformations.append({"id": "filterFieldsByName", "options": {"include": {"names": list(keep)}}})
     transformations.append({"id": "organize", "options": {"excludeByName": {"Time": True},
                                                            "renameByName": rename}})
     return {"options": {"showHeader": True, "sortBy": [{"displayName": sort_by, "desc": desc}]},

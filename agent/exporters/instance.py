@@ -20,7 +20,8 @@ class InstanceView(View):
     FAMILIES = declared(F.INSTANCE_INFO, F.INSTANCE_DISCOVERY_INFO, F.INSTANCE_DISCOVERY_DURATION_SECONDS,
                         F.BANDWIDTH_BASELINE_BYTES_PER_SECOND, F.BANDWIDTH_PEAK_BYTES_PER_SECOND,
                         F.BANDWIDTH_BURSTABLE, F.NETWORK_CARD_BASELINE_BYTES_PER_SECOND,
-                        F.NETWORK_CARD_PEAK_BYTES_PER_SECOND, F.IMDS_REQUESTS_TOTAL, F.IMDS_UP)
+                        F.NETWORK_CARD_PEAK_BYTES_PER_SECOND, F.INTERFACE_INFO, F.IMDS_REQUESTS_TOTAL,
+                        F.IMDS_UP)
 
     def __init__(self, get_info: Callable[[], Optional[InstanceInfo]]) -> None:
         self._get_info = get_info
@@ -79,6 +80,20 @@ class InstanceView(View):
                                      card.peak_bytes_per_second)
         yield cbase
         yield cpeak
+
+        # Only ENIs with an interface here: an ENI seen in IMDS but not in this network namespace has no
+        # interface series to join, and one interface="" row per such ENI would make the join's one side
+        # ambiguous (Prometheus refuses duplicate series on the group_left side).
+        eni_info = family(F.INTERFACE_INFO)
+        for eni in info.enis:
+            name = info.eni_interfaces.get(eni.mac)
+            if name is None:
+                continue
+            eni_info.add_metric([], {
+                "interface": name, "eni_id": eni.interface_id or "",
+                "device_index": "" if eni.device_number is None else str(eni.device_number),
+                "network_card": str(eni.network_card_index), "mac": eni.mac})
+        yield eni_info
 
         stats = info.imds_stats
         if stats is None:  # imds.enabled = false: no IMDS series at all

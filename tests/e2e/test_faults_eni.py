@@ -186,6 +186,35 @@ def test_an_interface_imds_lists_late_joins_on_retry_and_one_it_never_lists_is_l
         assert present("dock0") not in m and m[present("eth0")] == 1.0 and m[present("eth1")] == 1.0
 
 
+def eni_info(interface: str, eni: FakeEni) -> str:
+    """The burstwatch_interface_info series the daemon should expose for `eni` on `interface`."""
+    return (f'burstwatch_interface_info{{device_index="{eni.device_number}",eni_id="{eni.interface_id}",'
+            f'interface="{interface}",mac="{eni.mac}",network_card="{eni.network_card_index}"}}')
+
+
+def test_interface_info_names_each_interfaces_eni_from_imds_and_follows_attach_and_detach(tmp_path: Path) -> None:
+    """burstwatch_interface_info carries IMDS's interface-id, device-number and network-card-index for each
+    monitored interface (matched by MAC), so interface series join on ENI IDs; an ENI IMDS lists without an
+    interface here has no row, and the rows follow an attach and a detach."""
+    card1 = FakeEni(MAC1, device_number=1, network_card_index=1, interface_id="eni-0a1b2c3d4e5f60002")
+    absent = FakeEni("0a:1b:2c:3d:4e:09", device_number=2, interface_id="eni-0a1b2c3d4e5f60009")
+    with eni_lab(tmp_path, imds=ImdsServer(metadata_tree(enis=(ENI0, absent)))) as e:
+        m = e.wait(lambda m: m.get(eni_info("eth0", ENI0)) == 1.0, 10, "eth0's ENI row")
+        rows = sorted(k for k in m if k.startswith("burstwatch_interface_info"))
+        assert rows == [eni_info("eth0", ENI0)], rows          # not the ENI without an interface here
+
+        e.imds.tree = metadata_tree(enis=(ENI0, card1, absent))
+        e.attach("eth1", MAC1, "10.79.1.1/24", "10.79.1.2/24")
+        m = e.wait(lambda m: m.get(eni_info("eth1", card1)) == 1.0, 10, "eth1's ENI row (network card 1)")
+        assert m[eni_info("eth0", ENI0)] == 1.0
+
+        e.imds.tree = metadata_tree(enis=(ENI0, absent))
+        e.lab.run(e.a, "ip", "link", "del", "eth1")
+        m = e.wait(lambda m: eni_info("eth1", card1) not in m and m.get(present("eth1")) is None, 10,
+                   "eth1's row gone after the detach")
+        assert sorted(k for k in m if k.startswith("burstwatch_interface_info")) == [eni_info("eth0", ENI0)]
+
+
 # -- the watcher itself, on a sysfs tree the test writes (fast; no namespace) ----------------------------
 class FakeSysfs:
     def __init__(self, root: Path) -> None:

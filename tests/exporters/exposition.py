@@ -36,7 +36,7 @@ from agent.probes.archive import ArchiveStats
 from agent.probes.scheduler import Peer
 from agent.probes.service import DiscoveryStatus, ProbeResult, ProbeState
 from agent.readers.ethtool import DriverInfo
-from agent.readers.imds import Identity, ImdsStats
+from agent.readers.imds import Eni, Identity, ImdsStats
 from agent.responder.stats import ResponderSnapshot
 from agent.sampling import StepStatus
 from agent.sampling.allowances import AllowanceReading
@@ -88,9 +88,14 @@ def instance() -> InstanceInfo:
     stats.count("metadata", "not_found")
     profile = BandwidthProfile("m5.large", 9.375e7, 1.25e9, BUCKET, "catalogue", "api", "default",
                                (CardBandwidth(0, 9.375e7, 1.25e9), CardBandwidth(1, None, 1.25e9)), "api")
-    return InstanceInfo(True, Identity("i-0abc", "m5.large", "us-east-1", "us-east-1a", "use1-az1"), [], ["eth0"],
-                        [], None, profile,
+    # Two ENIs with an interface here (the second on network card 1) and one without (no series).
+    enis = [Eni("0a:00:00:00:00:01", 0, 0, "eni-0aaa", None, None, (), ()),
+            Eni("0a:00:00:00:00:02", 1, 1, "eni-0bbb", None, None, (), ()),
+            Eni("0a:00:00:00:00:03", 2, 0, "eni-0ccc", None, None, (), ())]
+    return InstanceInfo(True, Identity("i-0abc", "m5.large", "us-east-1", "us-east-1a", "use1-az1"), enis,
+                        ["eth0", "eth1"], [], None, profile,
                         {"imds": "v2", "instance_type": "imds", "type_entry": "api", "api": "fresh"},
+                        eni_interfaces={"0a:00:00:00:00:01": "eth0", "0a:00:00:00:00:02": "eth1"},
                         imds_stats=stats, discovery_seconds=0.25)
 
 

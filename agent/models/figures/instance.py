@@ -49,6 +49,14 @@ NETWORK_CARD_PEAK_BYTES_PER_SECOND = Figure(
     "Peak bandwidth of each network card per direction, from the type's data (api or catalogue).",
     labels=("network_card", "direction", "source"),
     doc="peak per network card")
+INTERFACE_INFO = Figure(
+    "burstwatch_interface_info", "info", "instance",
+    "Each monitored interface's ENI as IMDS describes it (eni_id, device_index, network_card, mac): join any "
+    "interface series with * on (interface) group_left (eni_id). Empty labels are unknown.",
+    labels=("interface", "eni_id", "device_index", "network_card", "mac"),
+    doc="the ENI behind each interface present in this network namespace (IMDS `interface-id`, "
+        "`device-number`, `network-card-index`, `mac`); join with `* on (instance, interface) group_left (eni_id)`; "
+        "absent off EC2 and when IMDS is off")
 IMDS_REQUESTS_TOTAL = Figure(
     "burstwatch_imds_requests_total", "counter", "instance",
     "IMDS HTTP attempts by request (token, metadata) and result (ok, not_found, unauthorized, forbidden, timeout, "
