@@ -1,4 +1,4 @@
-"""The `burstwatch` command line: run, check, status, probe, check-config, cloudwatch."""
+"""The `burstwatch` command line: run, check, status, probe, check-config, cloudwatch, replay."""
 
 from __future__ import annotations
 
@@ -65,6 +65,12 @@ def cmd_responder(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from agent.commands.replay import cmd_replay as run
+
+    return run(args)
+
+
 def _check_names(text: str) -> str:
     from agent.checks import parse_names
 
@@ -119,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("cloudwatch", cmd_cloudwatch, "print (or with --apply create) this instance's CloudWatch alarms",
              config=False)
     add_cloudwatch_arguments(sp)
+    from agent.commands.replay_options import add_replay_arguments
+
+    sp = add("replay", cmd_replay, "replay a traffic history (CSV or CloudWatch) through the credit model: time "
+             "shaped, lowest credit, pages, the size that holds it", config=False)
+    add_replay_arguments(sp)
     return p
 
 

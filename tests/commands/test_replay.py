@@ -1,0 +1,91 @@
+"""`burstwatch replay` end to end on traces a true token bucket shaped: the summary, --json, the errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+from tests.support.replay_traces import GBIT, Phase, Trace, TrueBucket, on_off, steady, write_trace
+
+R4L = dict(baseline=0.75 * GBIT, peak=10 * GBIT)
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main(["replay", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def drain_trace(tmp_path: Path, bucket_gbit: float = 2700.0, shaped: bool = True) -> tuple[Path, Trace]:
+    trace = Trace(TrueBucket(bucket=bucket_gbit * GBIT, **R4L),
+                  [Phase("idle", steady(0.1 * GBIT), 300), Phase("drain", steady(5 * GBIT), 1200, drain=True),
+                   Phase("rest", steady(0.1 * GBIT), 600)])
+    return write_trace(tmp_path / "drain.csv", trace, shaped), trace
+
+
+def test_a_drain_that_empties_the_bucket_is_shaped_paged_and_sized(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    path, trace = drain_trace(tmp_path)
+    doc = run_json(capsys, str(path), "--type", "r4.large", "--type", "r4.4xlarge")
+    large, xl4 = doc["types"]
+    empty = trace.drains[0].empty
+    assert empty is not None and large["bucket_source"] == "default"
+    out = large["directions"]["out"]
+    # the bucket equals the belief: the model empties within a sample or two of the true bucket
+    assert abs(out["first_shaped"] - empty) <= 2, (out, empty)
+    # shaped from the empty moment to the drain's end (the drain stops at 300 + 1200 s)
+    assert abs(out["shaped_seconds"] - (trace.drains[0].stop - empty)) <= 5, out
+    assert out["lowest_ratio"] == 0.0
+    page = out["pages"]["BurstCreditsRunningOut"]
+    assert page["count"] == 1 and empty - page["first"] >= 60, (page, empty)
+    assert out["pages"]["BurstCreditsLow"]["count"] == 1
+    assert large["directions"]["in"]["pages"]["BurstCreditsRunningOut"]["count"] == 0
+    # r4.4xlarge's baseline (5 Gbit/s) covers a 5-Gbit/s demand: never shaped, never paged
+    xo = xl4["directions"]["out"]
+    assert xo["shaped_seconds"] == 0 and xo["pages"]["BurstCreditsRunningOut"]["count"] == 0
+    assert large["fit"]["smallest_size"] == "r4.2xlarge"     # 1800 s at 5 Gbit/s, mean under 2.5: its bucket holds it
+    assert main(["replay", str(path), "--type", "r4.large"]) == 0
+    text = capsys.readouterr().out
+    assert "r4.large" in text and "1/1" in text and "r4.2xlarge" in text
+
+
+def test_traffic_under_the_baseline_never_pages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = Trace(TrueBucket(bucket=2700 * GBIT, **R4L), [Phase("bursty", on_off(6 * GBIT, 10, 110), 7200)])
+    doc = run_json(capsys, str(write_trace(tmp_path / "q.csv", trace)), "--type", "r4.large")
+    out = doc["types"][0]["directions"]["out"]
+    assert out["shaped_seconds"] == 0 and out["lowest_ratio"] > 0.9
+    assert out["pages"]["BurstCreditsRunningOut"]["count"] == 0 and out["pages"]["BurstCreditsLow"]["count"] == 0
+    assert doc["types"][0]["fit"]["smallest_size"] == "r4.large"
+
+
+def test_bucket_gbit_overrides_the_belief_and_no_shaping_columns_still_empty(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, trace = drain_trace(tmp_path, bucket_gbit=1350.0, shaped=False)
+    doc = run_json(capsys, str(path), "--type", "r4.large", "--bucket-gbit", "1350")
+    t = doc["types"][0]
+    assert t["bucket_source"] == "config" and t["bucket_bytes"] == 1350 * GBIT
+    out = t["directions"]["out"]
+    empty = trace.drains[0].empty
+    assert empty is not None and abs(out["first_shaped"] - empty) <= 2     # "empty" without a shaping signal
+    # the default belief (2700 Gbit) on the same trace: it never sees the bucket empty, nothing says it did
+    doc = run_json(capsys, str(path), "--type", "r4.large")
+    assert doc["types"][0]["directions"]["out"]["lowest_ratio"] > 0.3
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--type", "r4.large"], "give a TRACE.csv"),
+    (["BAD", "--type", "r4.large"], "row 3, column 'out_bytes': 'lots'"),
+    (["BAD", "--type", "x9.nothing"], "unknown instance type 'x9.nothing'"),
+    (["BAD", "--type", "r4.large", "--type", "m5.large", "--openmetrics", "o.om"], "--openmetrics takes one"),
+    (["BAD", "--type", "r4.large", "--bucket-gbit", "-1"], "--bucket-gbit -1"),
+])
+def test_bad_input_exits_2_naming_what(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                       message: str) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp,in_bytes,out_bytes\n1,0,0\n2,0,lots\n")
+    argv = [str(bad) if a == "BAD" else str(tmp_path / a) if a.endswith(".om") else a for a in argv]
+    assert main(["replay", *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o.om").exists()
