@@ -12,6 +12,7 @@ import time
 from typing import Any, Iterable, Iterator, Optional, TextIO, cast
 
 from agent import config as configmod
+from agent.commands.replay_options import ReplayError
 from agent.exporters.credit_view import CreditView
 from agent.exporters.openmetrics_file import OpenMetricsFile
 from agent.models import catalogue
@@ -22,10 +23,6 @@ from agent.models.shaping import ShapingReading
 from agent.readers.trace import TraceError, TraceRow, read_trace
 
 EXIT_OK, EXIT_USAGE = 0, 2
-
-
-class ReplayError(Exception):
-    """Bad usage or input: printed, exit 2."""
 
 
 @dataclasses.dataclass

@@ -7,6 +7,10 @@ import argparse
 from agent import config as configmod
 
 
+class ReplayError(Exception):
+    """Bad usage or input for `burstwatch replay`: printed, exit 2."""
+
+
 def add_replay_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("trace", nargs="?", metavar="TRACE.csv",
                     help="traffic history: CSV with timestamp, in_bytes, out_bytes[, in_shaped, out_shaped] "
