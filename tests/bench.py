@@ -13,6 +13,8 @@
    (tests/support/fleet_run.py, `make bench BENCH=fleet`).
 5. Allowances: the nftables lab's PPS ceiling, conntrack size, forecast and flow owners against issue 22's
    targets (`make bench BENCH=allowances`).
+6. Replay: issue 28's zoo through `burstwatch replay --openmetrics` with the shipped rules evaluated by a real
+   Prometheus, and a week of 1-s samples replayed (tests/support/replay_zoo.py, `make bench BENCH=replay`).
 """
 
 from __future__ import annotations
@@ -275,8 +277,18 @@ def allowances() -> None:
         raise SystemExit(out.returncode)
 
 
+def replay() -> None:
+    """Issue 28's zoo at EC2's scale through `burstwatch replay --openmetrics`, the shipped rules evaluated by a
+    real Prometheus at 15-s steps, one table row per drain against the targets; then `replay` of a week of
+    1-s samples (tests/support/replay_zoo.py; docs/replay.md)."""
+    from tests.support.replay_zoo import bench
+
+    bench(report)
+
+
 PARTS: dict[str, Callable[[], None]] = {"overhead": overhead, "credits": credits, "zoo": zoo, "ec2": ec2,
-                                        "probes": probes, "fleet": fleet, "allowances": allowances}
+                                        "probes": probes, "fleet": fleet, "allowances": allowances,
+                                        "replay": replay}
 
 
 def main() -> int:

@@ -114,10 +114,11 @@ def alert_fires(values: list[list], for_seconds: float, step: float = 15.0) -> l
 
 
 def value_at(series: list[dict], label: str, want: str) -> Optional[list[list]]:
-    for s in series:
-        if s["metric"].get(label) == want:
-            return s["values"]
-    return None
+    """The values of the series whose `label` is `want`, merged in time order. An alert's labels are its
+    series' without the metric name, and an `or` of two families alternates names from step to step, so the
+    series that differ only in __name__ are one alert."""
+    points = sorted({float(t): v for s in series if s["metric"].get(label) == want for t, v in s["values"]}.items())
+    return [[t, v] for t, v in points] if points else None
 
 
 RULES = Path(__file__).resolve().parents[2] / "packaging" / "prometheus" / "burstwatch.rules.yml"

@@ -52,7 +52,7 @@ class TrueBucket:
                 sent += rate * h
             else:
                 te = self.tokens / (rate - b)
-                if empty is None and self.tokens > 0:
+                if empty is None:
                     empty = t + te
                 self.tokens = 0.0
                 sent += rate * te + b * (h - te)
@@ -86,11 +86,17 @@ class Trace:
     bucket: TrueBucket
     phases: Sequence[Phase]
     drains: list[Drain] = dataclasses.field(default_factory=list)
+    t0: float = T0
+    # the true bucket's size during each phase (None: `bucket`'s throughout); the tokens never exceed it
+    sizes: Optional[Sequence[float]] = None
 
     def rows(self) -> Iterator[tuple[float, float, float, int]]:
         """(timestamp, in_bytes, out_bytes, out_shaped) per second."""
-        t = T0
-        for ph in self.phases:
+        t = self.t0
+        for k, ph in enumerate(self.phases):
+            if self.sizes is not None:
+                self.bucket.bucket = self.sizes[k]
+                self.bucket.tokens = min(self.bucket.tokens, self.bucket.bucket)
             start, d = t, None
             if ph.drain:
                 d = Drain(ph.name, t, t + ph.seconds, None)
