@@ -30,8 +30,11 @@ SHAPED_STATES = ("exhausted", "empty")
 
 def running_out_value(r: CreditReading) -> float:
     """BurstCreditsRunningOut's expression before "< 600": the sooner of the two forecasts
-    (`(exhaustion <= trend) or trend or exhaustion`)."""
-    return min(r.exhaustion_seconds, r.exhaustion_trend_seconds)
+    (`(exhaustion <= trend) or trend or exhaustion`), and of the band's early side where the model has one
+    (issue 28 moves the rule there; tests/e2e/test_replay_openmetrics.py holds this to the shipped file)."""
+    earliest = getattr(r, "exhaustion_earliest_seconds", None)
+    value = min(r.exhaustion_seconds, r.exhaustion_trend_seconds)
+    return value if earliest is None else min(value, float(earliest))
 
 
 def running_out(r: CreditReading) -> bool:
@@ -76,6 +79,7 @@ class DirectionSummary:
     direction: str
     shaped_seconds: float = 0.0             # the model says the shaper held the rate at the baseline
     first_shaped: Optional[float] = None
+    first_signal: Optional[float] = None    # the first interval whose shaping count rose (also at the peak)
     lowest_ratio: Optional[float] = None
     lowest_at: Optional[float] = None
     lowest_remaining_bytes: Optional[float] = None
@@ -89,6 +93,8 @@ class DirectionSummary:
             self.shaped_seconds += dt
             if self.first_shaped is None:
                 self.first_shaped = t
+        if r.shaped and self.first_signal is None:
+            self.first_signal = t
         if r.ratio is not None and (self.lowest_ratio is None or r.ratio < self.lowest_ratio):
             self.lowest_ratio, self.lowest_at, self.lowest_remaining_bytes = r.ratio, t, r.remaining_bytes
         self.bucket_bytes = r.bucket_bytes
@@ -98,6 +104,7 @@ class DirectionSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {"shaped_seconds": self.shaped_seconds, "first_shaped": self.first_shaped,
+                "first_shaping_signal": self.first_signal,
                 "lowest_ratio": self.lowest_ratio, "lowest_at": self.lowest_at,
                 "lowest_remaining_bytes": self.lowest_remaining_bytes, "bucket_bytes": self.bucket_bytes,
                 "learned": self.learned,

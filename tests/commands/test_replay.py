@@ -89,3 +89,28 @@ def test_bad_input_exits_2_naming_what(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["replay", *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "o.om").exists()
+
+
+def test_60_s_300_s_and_irregular_intervals_replay_the_same_drain(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The 1-s drain summed into coarser rows: the bytes are the same, the empty moment is known to a row."""
+    fine, trace = drain_trace(tmp_path)
+    empty = trace.drains[0].empty
+    assert empty is not None
+    lines = fine.read_text().splitlines()[1:]
+    for name, widths in (("60", [60]), ("300", [300]), ("irregular", [1, 7, 60, 13, 300, 2])):
+        out, k, i = ["timestamp,in_bytes,out_bytes,in_shaped,out_shaped"], 0, 0
+        while i < len(lines):
+            chunk = [c.split(",") for c in lines[i:i + widths[k % len(widths)]]]
+            sums = [sum(float(c[j]) for c in chunk) for j in (1, 2, 3, 4)]
+            out.append(f"{chunk[-1][0]},{sums[0]:.0f},{sums[1]:.0f},{sums[2]:.0f},{sums[3]:.0f}")
+            i += len(chunk)
+            k += 1
+        path = tmp_path / f"{name}.csv"
+        path.write_text("\n".join(out) + "\n")
+        o = run_json(capsys, str(path), "--type", "r4.large")["types"][0]["directions"]["out"]
+        row = max(widths)
+        assert o["first_shaped"] is not None and -2 <= o["first_shaped"] - empty <= row + 2, (name, o, empty)
+        assert o["first_shaping_signal"] is not None and o["lowest_ratio"] == 0.0, name
+        assert o["pages"]["BurstCreditsRunningOut"]["count"] >= 1, name
+        assert o["pages"]["BurstCreditsRunningOut"]["first"] < empty, name
