@@ -164,12 +164,12 @@ def learned_case(size: Size, shape: Shape, first: float = 2.0) -> Case:
 
 
 def short_zoo() -> list[Case]:
-    """`make test`'s zoo: r4.large, a steady drain and a 2-min cycle at the belief, a steady drain at 0.3x,
-    quiet microbursts, and the third drain after learning."""
+    """`make test`'s zoo: on r4.large a steady drain and a 2-min cycle at the belief, a steady drain at 0.3x,
+    quiet microbursts and the third drain after learning; on r4.2xlarge a 20-s cycle at 0.6x."""
     s = SIZES["r4.large"]
     return [drain_case(s, steady_shape(5), 1.0), drain_case(s, cycle_shape(10, 60, 60), 1.0),
             drain_case(s, steady_shape(3), 0.3), quiet_case(s, burst_shape(10, 1, 20), 3600),
-            learned_case(s, steady_shape(5))]
+            learned_case(s, steady_shape(5)), drain_case(SIZES["r4.2xlarge"], cycle_shape(10, 10, 10), 0.6)]
 
 
 def full_zoo() -> list[Case]:
