@@ -119,7 +119,10 @@ def replay(args: argparse.Namespace) -> list[TypeSummary]:
         if fam not in fits:
             fits[fam] = SizeFit(family_candidates(t))
         runs.append(TypeRun(t, cfg, fits[fam]))
-    om = OpenMetricsFile(args.openmetrics) if args.openmetrics else None
+    try:
+        om = OpenMetricsFile(args.openmetrics) if args.openmetrics else None
+    except OSError as exc:
+        raise ReplayError(f"--openmetrics {args.openmetrics}: cannot write there: {exc.strerror or exc}") from None
     first = runs[0]
     try:
         for row in _rows(args, cfg):

@@ -80,12 +80,16 @@ def test_bucket_gbit_overrides_the_belief_and_no_shaping_columns_still_empty(
     (["BAD", "--type", "x9.nothing"], "unknown instance type 'x9.nothing'"),
     (["BAD", "--type", "r4.large", "--type", "m5.large", "--openmetrics", "o.om"], "--openmetrics takes one"),
     (["BAD", "--type", "r4.large", "--bucket-gbit", "-1"], "--bucket-gbit -1"),
+    (["GOOD", "--type", "r4.large", "--openmetrics", "/nonexistent/dir/o.om"], "cannot write there"),
 ])
 def test_bad_input_exits_2_naming_what(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
                                        message: str) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("timestamp,in_bytes,out_bytes\n1,0,0\n2,0,lots\n")
-    argv = [str(bad) if a == "BAD" else str(tmp_path / a) if a.endswith(".om") else a for a in argv]
+    good = tmp_path / "good.csv"
+    good.write_text("timestamp,in_bytes,out_bytes\n1,0,0\n2,0,0\n")
+    argv = [str(bad) if a == "BAD" else str(good) if a == "GOOD" else str(tmp_path / a) if a == "o.om" else a
+            for a in argv]
     assert main(["replay", *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "o.om").exists()
