@@ -36,7 +36,7 @@ class ReadResult:
 
 class PartitionReader:
     """Reads `<prefix>learned/type=<type>/` within a budget: one LIST page of at most `max_objects` keys
-    per read (docs/fleet.md, "Reading"). A partition that fits in one page is listed from its start; a
+    per read (docs/fleet.md, "Reading and adopting"). A partition that fits in one page is listed from its start; a
     bigger one from a StartAfter point chosen at random once per run, so agents sample different parts
     of it but re-list the same window each time, wrapping to the start when the window runs past the end
     (then a second LIST fills the rest of the page). Only keys not seen before are fetched: parsed records
