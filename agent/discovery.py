@@ -19,6 +19,7 @@ from agent.models.catalogue import (
     entry_from_describe,
 )
 from agent.models.profile import BandwidthProfile, resolve_profile
+from agent.models.units import bytes_to_gbit
 from agent.readers.imds import (
     Eni,
     Identity,
@@ -253,7 +254,7 @@ def profile_for(cfg: configmod.Config, info: InstanceInfo,
 def describe_profile(p: BandwidthProfile) -> str:
     """One line for logs and `burstwatch status`: type, figures in Gbit/s, and where each came from."""
     def gbit(v: Optional[float]) -> str:
-        return f"{v * 8 / 1e9:g}" if v is not None else "?"
+        return f"{bytes_to_gbit(v):g}" if v is not None else "?"
 
     if p.baseline_bytes_per_second is None and p.peak_bytes_per_second is None:
         if p.instance_type is None:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from agent.exporters.allowance_status import allowance_lines, allowance_status
 from agent.models import figures as F
 from agent.models.catalogue import UNKNOWN_TYPE_REMEDY
-from agent.models.units import DIRECTIONS
+from agent.models.units import DIRECTIONS, bytes_to_gbit
 from agent.readers.daemon_metrics import Sample
 
 BAR = 30
@@ -173,7 +173,7 @@ def render_text(doc: dict[str, Any]) -> str:
     f = doc.get("fleet")
     if f:
         bucket = f["consensus_bucket_bytes"]
-        agree = (f"{bucket * 8 / 1e9:.4g} Gbit from {f['consensus_instances']} instances"
+        agree = (f"{bytes_to_gbit(bucket):.4g} Gbit from {f['consensus_instances']} instances"
                  if f["consensus_instances"] and bucket is not None else "no consensus yet")
         lines.append(f"  fleet: {agree}; published {int(f['published_total'] or 0)}, "
                      f"waiting {int(f['backlog_objects'] or 0)}")
@@ -218,7 +218,7 @@ def _direction(d: str, v: dict[str, Any], state: str) -> list[str]:
         when = "full"
     else:
         when = _forecast("full", v["refill_seconds"], v["refill_trend_seconds"], "refilling")
-    bucket = (v["bucket_bytes"] or 0) * 8 / 1e9
+    bucket = bytes_to_gbit(v["bucket_bytes"] or 0)
     return [f"  {d:<3} {bar} {ratio * 100:5.1f}% of {bucket:.4g} Gbit ({v['bucket_source']})  {when}",
             f"      {rate}  shaped packets {int(v['shaping_packets_total'])}"]
 

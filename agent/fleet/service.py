@@ -25,6 +25,7 @@ from agent.models.fleet import (
     object_key,
     worth_publishing,
 )
+from agent.models.units import bytes_to_gbit
 from agent.readers import aws
 from agent.writers.s3queue import RETRY_PAUSE, RETRY_PAUSE_MAX, UploadQueue
 from agent.writers.spool import Spool
@@ -297,7 +298,7 @@ class FleetService:
         if changed:
             if found is not None:
                 log.info("fleet: consensus for %s: %.0f bytes (%.1f Gbit) from %d instances (%d outliers, "
-                         "spread %.2f)", self.instance_type, found.bucket_bytes, found.bucket_bytes * 8 / 1e9,
+                         "spread %.2f)", self.instance_type, found.bucket_bytes, bytes_to_gbit(found.bucket_bytes),
                          found.instances, found.outliers, found.spread)
             else:
                 log.info("fleet: no consensus for %s (fewer than %d instances agree)", self.instance_type,

@@ -9,7 +9,9 @@ if TYPE_CHECKING:  # models stay import-light; these are only types here
     from agent.config import BandwidthConfig
     from agent.models.catalogue import TypeEntry
 
-GBIT = 1e9 / 8  # bytes in one Gbit (AWS quotes decimal Gbit/s)
+from agent.models.units import bytes_to_gbit, gbit_to_bytes
+
+GBIT = gbit_to_bytes(1.0)  # bytes in one Gbit (AWS quotes decimal Gbit/s)
 
 # Where a figure came from, most trusted first; exported as a label so every figure can be traced.
 # "learned" is set by the credit model (agent/credits/feed.py), never here.
@@ -61,7 +63,7 @@ class BandwidthProfile:
 
 
 def _gbit(value: Optional[float]) -> Optional[float]:
-    return value * GBIT if value is not None else None
+    return gbit_to_bytes(value) if value is not None else None
 
 
 def resolve_profile(instance_type: Optional[str], config_bandwidth: BandwidthConfig,
@@ -78,19 +80,19 @@ def resolve_profile(instance_type: Optional[str], config_bandwidth: BandwidthCon
 
     def pick(conf: Optional[float], attr: str) -> tuple[Optional[float], str]:
         if conf is not None:
-            return conf * GBIT, "config"
+            return gbit_to_bytes(conf), "config"
         for source, entry in (("api", api_entry), ("catalogue", catalogue_entry)):
             value = getattr(entry, attr) if entry is not None else None
             if value is not None:
-                return value * GBIT, source
+                return gbit_to_bytes(value), source
         return None, "none"
 
     baseline, baseline_source = pick(config_bandwidth.baseline_gbps, "baseline_gbps")
     peak, peak_source = pick(config_bandwidth.peak_gbps, "peak_gbps")
     if baseline is not None and peak is not None and peak < baseline:
         # Only when sources mix (config's cross-check rejects peak < baseline within the file itself).
-        notes.append(f"peak {peak / GBIT:g} Gbit/s ({peak_source}) is below baseline {baseline / GBIT:g} "
-                     f"Gbit/s ({baseline_source}); using the baseline as the peak")
+        notes.append(f"peak {bytes_to_gbit(peak):g} Gbit/s ({peak_source}) is below baseline "
+                     f"{bytes_to_gbit(baseline):g} Gbit/s ({baseline_source}); using the baseline as the peak")
         peak, peak_source = baseline, baseline_source
 
     bucket: Optional[float] = None
@@ -100,7 +102,7 @@ def resolve_profile(instance_type: Optional[str], config_bandwidth: BandwidthCon
         if conf_bucket is not None:
             notes.append("instance.bandwidth.burst_bucket_gbit ignored: baseline equals peak, nothing bursts")
     elif conf_bucket is not None:
-        bucket, bucket_source = conf_bucket * GBIT, "config"
+        bucket, bucket_source = gbit_to_bytes(conf_bucket), "config"
     elif fleet_bucket_bytes is not None and fleet_bucket_bytes > 0 and baseline is not None and peak is not None:
         bucket, bucket_source = float(fleet_bucket_bytes), "fleet"
     elif baseline is not None and peak is not None:

@@ -15,4 +15,5 @@ def gbit_to_bytes(gbit: float) -> float:
 
 
 def bytes_to_gbit(nbytes: float) -> float:
+    """Bytes to gigabits (10**9 bits): the unit logs and `burstwatch status` print buckets in."""
     return nbytes * BITS_PER_BYTE / 1e9

@@ -13,7 +13,8 @@ from agent.config import FleetConfig, ProbeConfig
 from agent.iperf3.client import ProbeError, ProbeRequest, run_probe
 from agent.iperf3.report import summarize
 from agent.models.probe_cost import stream_bitrate
-from agent.models.profile import GBIT, BandwidthProfile
+from agent.models.profile import BandwidthProfile
+from agent.models.units import gbit_to_bytes
 from agent.probes.archive import ArchiveStats, S3Archive
 from agent.probes.discovery import own_zone, registry_discovery, tag_discovery
 from agent.probes.scheduler import DEFAULT_PORT, CreditSource, Peer, ProbePlan, Scheduler, parse_peer
@@ -133,7 +134,7 @@ def _catalogue_figure(instance_type: str, attr: str) -> Optional[float]:
     except (OSError, ValueError):
         return None
     value = getattr(entry, attr) if entry is not None else None
-    return value * GBIT if value is not None else None
+    return gbit_to_bytes(value) if value is not None else None
 
 
 def catalogue_peak(instance_type: str) -> Optional[float]:
