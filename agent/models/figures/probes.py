@@ -111,7 +111,8 @@ PROBE_PEER_INFO = Figure(
     doc="1 per peer; the type comes from discovery (empty when unknown)")
 PROBE_DISCOVERY_SUCCESS = Figure(
     "burstwatch_probe_discovery_success", "gauge", "probes",
-    "1 when the last tag discovery (ec2:DescribeInstances) succeeded; on failure the last good list is kept.",
+    "1 when the last peer discovery (EC2 tag or the fleet bucket's registry) succeeded; on failure the last good "
+    "list is kept.",
     doc="1 when the last discovery worked (DescribeInstances with `discover_tag`, S3 with `registry`); on failure "
         "the last good list is kept")
 PROBE_DISCOVERIES_TOTAL = Figure(

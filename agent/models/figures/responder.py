@@ -58,7 +58,8 @@ RESPONDER_SERVED_LAST_HOUR_BYTES = Figure(
     doc="payload bytes served in the last sliding hour (what the hourly budget counts)")
 RESPONDER_HOURLY_BUDGET_BYTES = Figure(
     "burstwatch_responder_hourly_budget_bytes", "gauge", "responder",
-    "Most bytes served per direction in any sliding hour, all sources together ([responder] hourly_budget_bytes).",
+    "The hourly budget in force: most bytes served per direction in any sliding hour, all sources together "
+    "(sized to this instance unless configured in bytes).",
     doc="the hourly budget in force (per direction, all sources): `[responder] hourly_budget_bytes`, sized to "
         "this instance's profile of the moment when `auto`")
 RESPONDER_HOURLY_BUDGET_INFO = Figure(
