@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent / "agent"
 # someone decides where it belongs.
 LAYERS: list[tuple[str, ...]] = [
     ("agent", "agent.config", "agent.config_checks", "agent.config_loader",
-     "agent.isolate", "agent.notify", "agent.config_allowances"),         # foundation
+     "agent.isolate", "agent.notify", "agent.config_allowances",
+     "agent.aws"),                                # foundation; aws: the boto3 client factory readers and writers share
     ("agent.readers", "agent.writers"),         # OS, IMDS, AWS: read and parse; state files, spools, uploads
     ("agent.models",),                                                   # pure: figures in, figures out
     ("agent.sampling", "agent.discovery", "agent.iperf3"),               # sampling steps, discovery, protocol
@@ -181,6 +182,8 @@ def test_no_module_over_the_size_limit() -> None:
 @pytest.mark.parametrize("module,dep,ok", [
     ("agent.readers.ethtool", "agent.readers.errors", True),
     ("agent.writers.spool", "agent.readers.errors", True),              # writers sit at the readers' layer
+    ("agent.writers.s3queue", "agent.aws", True),                       # the client factory is below both
+    ("agent.aws", "agent.readers.errors", False),
     ("agent.config", "agent.config_checks", True),
     ("agent.iperf3.client", "agent", True),                             # __version__
     ("agent.readers.ethtool", "agent.sampling", False),

@@ -61,8 +61,8 @@ def _who(ctx: CheckContext) -> str:
 
 
 def _error(exc: BaseException) -> tuple[str, str]:
-    """(kind, code) of a failed S3 call, as agent.readers.aws.classify sees it (S3 says "AccessDenied")."""
-    from agent.readers.aws import classify
+    """(kind, code) of a failed S3 call, as agent.aws.classify sees it (S3 says "AccessDenied")."""
+    from agent.aws import classify
 
     err = classify(exc)
     return err.kind, err.code
@@ -83,7 +83,7 @@ def run(ctx: CheckContext) -> list[Verdict]:
                           "key": key, "actions": {}}
     actions: dict[str, str] = ev["actions"]      # action -> allowed | denied | untested | <error kind>
 
-    from agent.readers import aws
+    from agent import aws
 
     # Two attempts and short timeouts: an unreachable endpoint costs seconds, not the child's whole budget.
     s3 = aws.client("s3", region, cfg.endpoint_url, max_attempts=2, connect_timeout=3.0, read_timeout=5.0)

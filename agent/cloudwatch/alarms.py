@@ -224,6 +224,6 @@ def cmd_cloudwatch(args: argparse.Namespace, imds_get: Optional[ImdsGet] = None,
 
 
 def _client(service: str, region: Optional[str], endpoint_url: Optional[str]) -> Any:
-    from agent.readers import aws
+    from agent import aws
 
     return aws.client(service, region, endpoint_url)

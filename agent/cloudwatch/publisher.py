@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
+from agent import aws
 from agent.cloudwatch.aggregation import Aggregation, VerdictLike
 from agent.cloudwatch.backlog import SpooledBacklog
 from agent.cloudwatch.dimensions import aggregation_sets, common_dimensions
@@ -21,7 +22,6 @@ from agent.cloudwatch.sender import ClientFactory, Sender
 from agent.config import CloudWatchConfig
 from agent.models.cw_aggregate import Dims, period_start
 from agent.models.figures import CLOUDWATCH_METRICS, ProbeResultLike, selected_metrics
-from agent.readers import aws
 from agent.writers.spool import Spool
 
 if TYPE_CHECKING:

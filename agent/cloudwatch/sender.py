@@ -9,9 +9,9 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from agent.aws import ERROR_KINDS, classify
 from agent.cloudwatch.backlog import SpooledBacklog
 from agent.models.cw_aggregate import BatchLimits
-from agent.readers.aws import ERROR_KINDS, classify
 
 log = logging.getLogger(__name__)
 

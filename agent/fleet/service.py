@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from agent import aws
 from agent.config import FleetConfig
 from agent.fleet.reader import PartitionReader, ReadResult
 from agent.models.fleet import (
@@ -26,7 +27,6 @@ from agent.models.fleet import (
     worth_publishing,
 )
 from agent.models.units import bytes_to_gbit
-from agent.readers import aws
 from agent.writers.s3queue import RETRY_PAUSE, RETRY_PAUSE_MAX, UploadQueue
 from agent.writers.spool import Spool
 from agent.writers.statefile import JsonStore
@@ -51,7 +51,7 @@ class FleetStats:
     dropped: int                        # objects given up (backlog or spool full)
     objects_read: int                   # objects fetched (GET) and parsed, this run
     rejected: dict[str, int]            # objects ignored, by reason: garbage, foreign
-    refresh_errors: dict[str, int]      # failed LIST/GET by kind (agent.readers.aws.ERROR_KINDS)
+    refresh_errors: dict[str, int]      # failed LIST/GET by kind (agent.aws.ERROR_KINDS)
     refreshes: int                      # reads of the partition that completed
     last_refresh_timestamp: float       # when the last one completed; 0 before the first
     consensus: Optional[Consensus]      # the consensus handed to on_consensus last

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from agent.readers import aws
+from agent import aws
 from agent.writers import s3queue
 from agent.writers.s3queue import RETRY_PAUSE, RETRY_PAUSE_MAX, UploadQueue
 from agent.writers.spool import Spool

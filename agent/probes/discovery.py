@@ -49,9 +49,8 @@ def registry_discovery(cfg: ProbeConfig, fleet: FleetConfig, instance: Optional[
                        responder_port: int, instance_type: Optional[str]) -> Discover:
     """This agent registered in the fleet bucket and its zone's agents listed there (agent/probes/registry.py);
     ValueError when this instance's identity, zone or address is unknown."""
-    from agent import __version__
+    from agent import __version__, aws
     from agent.probes.registry import PeerRegistry
-    from agent.readers import aws
 
     ident = instance.identity if instance is not None else None
     zone = own_zone(instance, registry=True)

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
+from agent import aws
 from agent.config import FleetConfig, ProbeConfig
 from agent.iperf3.client import ProbeError, ProbeRequest, run_probe
 from agent.iperf3.report import summarize
@@ -18,7 +19,6 @@ from agent.models.units import gbit_to_bytes
 from agent.probes.archive import ArchiveStats, S3Archive
 from agent.probes.discovery import own_zone, registry_discovery, tag_discovery
 from agent.probes.scheduler import DEFAULT_PORT, CreditSource, Peer, ProbePlan, Scheduler, parse_peer
-from agent.readers import aws
 
 if TYPE_CHECKING:
     from agent.discovery import InstanceInfo

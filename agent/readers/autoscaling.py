@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from agent.readers import aws
+from agent import aws
 from agent.writers.statefile import JsonStore
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable, NamedTuple, Optional
 
-from agent.readers import aws
+from agent import aws
 
 log = logging.getLogger(__name__)
 

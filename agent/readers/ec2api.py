@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
-from agent.readers import aws
+from agent import aws
 from agent.writers.statefile import JsonStore
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class ApiLookup(NamedTuple):
 
 
 def client_factory(endpoint_url: Optional[str] = None) -> ClientFactory:
-    """region -> EC2 client through readers.aws (botocore standard retry mode), for the lookup below."""
+    """region -> EC2 client through agent.aws (botocore standard retry mode), for the lookup below."""
     def make(region: str) -> Any:
         return aws.client("ec2", region, endpoint_url, max_attempts=API_ATTEMPTS,
                           connect_timeout=API_CONNECT_TIMEOUT, read_timeout=API_READ_TIMEOUT)

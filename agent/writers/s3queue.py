@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
-from agent.readers import aws
+from agent import aws
 from agent.writers.spool import Spool
 
 # Pause after a failed upload (botocore's standard mode has already retried it), doubling up to the cap.

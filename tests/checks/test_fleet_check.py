@@ -111,7 +111,7 @@ class ScriptedS3:
 def run_scripted(monkeypatch: pytest.MonkeyPatch, script: dict[str, Any], *, enabled: bool = True,
                  prefix: str = "burstwatch/", instance_id: Optional[str] = "i-0123456789abcdef0"
                  ) -> tuple[Any, ScriptedS3]:
-    from agent.readers import aws
+    from agent import aws
 
     s3 = ScriptedS3(script)
     made: list[tuple[Any, ...]] = []
@@ -258,7 +258,7 @@ def test_burstwatch_check_against_moto_with_iam_enforced(iam_moto: str, tmp_path
     evaluates Action and Resource but ignores Condition (moto/iam/access_control.py: "TODO add support
     for the Resource and Condition parts"; Resource is in fact matched, Condition never read), so the
     s3:prefix restriction on ListBucket is not exercised here: it is checked statically above."""
-    from agent.readers import aws
+    from agent import aws
 
     s3 = aws.client("s3", "us-east-1", iam_moto)
     iam = aws.client("iam", "us-east-1", iam_moto)

@@ -13,15 +13,15 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 import pytest
 from prometheus_client import CollectorRegistry
 
+from agent import aws
+from agent.aws import classify
 from agent.cloudwatch.publisher import CloudWatchPublisher
 from agent.config import CloudWatchConfig
 from agent.exporters.cloudwatch import CloudWatchView
 from agent.models.credit_model import CreditReading
 from agent.models.figures import CLOUDWATCH_METRICS, DEFAULT_METRICS, EXHAUSTION_CAP_SECONDS
 from agent.models.shaping import ShapingReading
-from agent.readers import aws
 from agent.readers.autoscaling import autoscaling_group_name
-from agent.readers.aws import classify
 from agent.sampling.pipeline import Snapshot
 from tests.support.throttle_proxy import ThrottleProxy
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.readers import aws
+from agent import aws
 from tests.conftest import ROOT, free_port, wait_port
 from tests.support.daemon_config import daemon_config
 

@@ -14,8 +14,8 @@ from typing import Any, Optional
 
 import pytest
 
+from agent import aws
 from agent.probes.archive import parse_spool_record
-from agent.readers import aws
 from agent.writers.spool import Spool
 from tests.conftest import ROOT, _real_create_connection, require_root_tools, wait_until
 from tests.support.credit_lab import parse_metrics

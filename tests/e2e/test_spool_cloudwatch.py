@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from agent import aws
 from agent.cloudwatch.backlog import decode_batch
-from agent.readers import aws
 from agent.writers.spool import Spool
 from tests.conftest import ROOT, free_port, scrape_metrics, wait_port, wait_until
 from tests.support.daemon_config import daemon_config

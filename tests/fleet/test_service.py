@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import pytest
 
+from agent import aws
 from agent.config import FleetConfig
 from agent.fleet.service import STATE_FILE, FleetService
 from agent.models.fleet import (
@@ -24,7 +25,6 @@ from agent.models.fleet import (
     object_key,
     type_prefix,
 )
-from agent.readers import aws
 from tests.conftest import free_port, wait_until
 from tests.probes.test_archive import Gate
 

@@ -14,9 +14,9 @@ from typing import Any, Optional
 
 import pytest
 
+from agent import aws
 from agent.iperf3.client import ProbeRequest, run_probe
 from agent.probes.archive import S3Archive, archive_document, encode, object_key
-from agent.readers import aws
 from tests.support.iperf3 import free_port, iperf3_server
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from agent import aws
 from agent.models.peer_registry import (
     AgentEntry,
     agent_key,
@@ -16,7 +17,6 @@ from agent.models.peer_registry import (
     zone_prefix,
 )
 from agent.probes.registry import PeerRegistry
-from agent.readers import aws
 
 BUCKET = "fleet"
 

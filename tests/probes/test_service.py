@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import pytest
 
+from agent import aws
 from agent.config import FleetConfig, ProbeArchiveConfig, ProbeConfig
 from agent.discovery import InstanceInfo
 from agent.iperf3.client import ProbeError, ProbeRequest
@@ -25,7 +26,6 @@ from agent.probes.service import (
     catalogue_peak,
     pair_allowance,
 )
-from agent.readers import aws
 from agent.readers.imds import Eni, Identity
 
 FIXTURES = Path(__file__).resolve().parent.parent / "iperf3" / "fixtures"

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from agent.readers import aws, ec2_tags
+from agent import aws
+from agent.readers import ec2_tags
 from agent.readers.ec2_tags import describe_filters, parse_tag_spec, parse_tagged_instances
 from tests.conftest import free_port
 
