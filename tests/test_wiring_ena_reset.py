@@ -7,9 +7,9 @@ reset", docs/ec2-network-facts.md, "ENA allowance counters".)"""
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
+import pytest
 from prometheus_client import generate_latest
 
 from agent import config
@@ -23,7 +23,7 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "ethtool" / "ena-2.12.3
 HEADER = ("Inter-|   Receive                                                |  Transmit\n"
           " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls "
           "carrier compressed\n")
-# Lab timing: samples 0.1 s apart (EC2 default sample_interval 1 s).
+# Lab timing: samples 0.1 s apart (EC2 default sample_interval 1 s), on the test's clock.
 STEP = 0.1
 
 
@@ -48,9 +48,19 @@ class Host:
         (self.ethtool / "S.txt").write_text(text)
 
 
-def sample(a: Agent) -> dict[str, float]:
+class Clock:
+    """The sampler's monotonic clock: each sample exactly STEP after the last, however slow the machine."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def sample(a: Agent, clock: Clock) -> dict[str, float]:
     assert a.sampler is not None
-    time.sleep(STEP)
+    clock.t += STEP
     a.sampler.step()
     return parse_metrics(generate_latest(build_registry(a.views)).decode())
 
@@ -62,6 +72,9 @@ def test_driver_reset_zeroing_every_counter_adds_no_spike_and_no_decrease(tmp_pa
     a = build(cfg, None, Paths(procfs=str(host.proc), sysfs=str(host.sys)))
     assert a.ethtool is not None
     a.ethtool.reader = FixtureEthtoolReader({"eth0": host.ethtool})
+    assert a.sampler is not None
+    clock = Clock()
+    a.sampler.clock = clock
 
     rx, tx = 10**12, 5 * 10**11                              # weeks of traffic before the reset
     seen = []
@@ -72,7 +85,7 @@ def test_driver_reset_zeroing_every_counter_adds_no_spike_and_no_decrease(tmp_pa
             (4000 + 10**6, 2000 + 10**5, 5, 0),              # traffic goes on
             (4000 + 2 * 10**6, 2000 + 2 * 10**5, 5, 0)]:
         host.set(rx_i, tx_i, bw_in, bw_out)
-        seen.append(sample(a))
+        seen.append(sample(a, clock))
 
     def series(name: str) -> list[float]:
         return [m[name] for m in seen]
@@ -89,7 +102,10 @@ def test_driver_reset_zeroing_every_counter_adds_no_spike_and_no_decrease(tmp_pa
     assert series('burstwatch_shaping_packets_total{direction="out",source="ethtool"}') == [0, 0, 0, 0, 0]
     # Rates: ~10 MB/s in before and after, nothing near 10**12 bytes at the reset, nothing negative.
     rates = [m['burstwatch_throughput_bytes_per_second{direction="in"}'] for m in seen[1:]]
-    assert all(0 <= r < 10**6 / STEP * 3 for r in rates), rates
+    # On the test's clock the rate is exact: the bytes since the first sample over the time since (the rate
+    # window is longer than the run), the reset adding only the 4000 bytes it really saw.
+    assert rates == pytest.approx([10**6 / STEP, (10**6 + 4000) / (2 * STEP), (2 * 10**6 + 4000) / (3 * STEP),
+                                   (3 * 10**6 + 4000) / (4 * STEP)]), rates
     # The credit estimate sees ordinary traffic throughout: the bucket stays (nearly) full.
     ratio = series('burstwatch_credit_remaining_ratio{direction="in"}')
     assert min(ratio) > 0.99 and ratio[-1] >= ratio[2] - 1e-6, ratio

@@ -110,6 +110,13 @@ class Harness:
             self.svc = None
 
 
+def judged(svc: FleetService, timeout: float = 10.0) -> None:
+    """Wait until the service has taken every pending record and judged it (published or not worth it), and
+    the uploads are done: proof, not a pause, before asserting that something was not published."""
+    wait_until(lambda: not svc._has_pending(), timeout, "the pending records judged")
+    assert svc.flush(timeout), svc.snapshot()
+
+
 @pytest.fixture()
 def bucket(moto: str) -> str:
     s3(moto).create_bucket(Bucket=BUCKET)
@@ -172,34 +179,47 @@ def test_publish_puts_one_object_at_the_documented_key_off_the_callers_thread(ha
     assert "MainThread" not in h.threads                            # S3 is only touched by the service's threads
 
 
-@pytest.mark.slow
 def test_publish_rules_change_age_and_interval(harness: Any, tmp_path: Path) -> None:
+    # The service's wall clock is the test's: publish_interval passes when the test says so, not when a sleep
+    # happens to have lasted long enough.
+    now = [float(int(time.time()))]
+    state = tmp_path / STATE_FILE
+
+    def pending_out() -> Optional[float]:
+        """The held-back record the service thread last saved: proof that it saw the publish and held it."""
+        doc = json.loads(state.read_text()) if state.exists() else {}
+        return (doc.get("pending") or {}).get("out", {}).get("bucket_bytes")
+
     h = harness(refresh_interval=3600.0, publish_interval=2.0)
-    svc = h.start()
+    svc = h.start(wall=lambda: now[0])
     svc.publish([rec(bucket=1.00e11)])
     assert svc.flush(15.0)
     assert len(objects(h.url)) == 1
-    svc.publish([rec(bucket=1.04e11)])                  # moved < 5 %: not worth an object
-    time.sleep(0.3)
+    now[0] += 1.0                                       # within publish_interval
     svc.publish([rec(bucket=1.20e11)])                  # worth it, but publish_interval holds it back...
     svc.publish([rec(bucket=1.30e11)])                  # ...and the latest wins meanwhile
-    time.sleep(0.5)
+    wait_until(lambda: pending_out() == 1.30e11, 10.0, "the held-back record in the state file")
     assert len(objects(h.url)) == 1
-    wait_until(lambda: len(objects(h.url)) == 2, 10.0, "the held-back object")
+    now[0] += 1.5                                       # publish_interval has passed
+    svc.publish([])                                     # wakes the service thread
+    assert svc.flush(15.0)
     bodies = sorted(objects(h.url).items())
     assert [json.loads(b)["bucket_bytes"] for _k, b in bodies] == [1.0e11, 1.3e11]
     k1, k2 = (int(KEY_RE.match(k).group(1)) for k, _b in bodies)   # type: ignore[union-attr]
     assert k2 - k1 >= 2
+    now[0] += 2.5
+    svc.publish([rec(bucket=1.34e11)])                  # moved < 5 %: not worth an object
+    judged(svc)
+    assert len(objects(h.url)) == 2 and pending_out() is None
     h.stop()
-    state = json.loads((tmp_path / STATE_FILE).read_text())
-    assert state["published"]["out"]["bucket_bytes"] == 1.3e11
+    saved = json.loads(state.read_text())
+    assert saved["published"]["out"]["bucket_bytes"] == 1.3e11
 
     # A restart remembers what was published: the same value again is not re-published.
     h2 = harness(refresh_interval=3600.0, publish_interval=0.0)
-    svc2 = h2.start()
+    svc2 = h2.start(wall=lambda: now[0])
     svc2.publish([rec(bucket=1.31e11)])
-    assert svc2.flush(10.0)
-    time.sleep(0.3)
+    judged(svc2)
     assert len(objects(h.url)) == 2 and svc2.snapshot().published == 0
 
 
@@ -364,8 +384,7 @@ def test_allowances_are_published_alone_by_the_buckets_rules(harness: Any, tmp_p
     (body,) = objects(h.url).values()
     assert lines(body) == [arec(pps=1.0e6, at=lines(body)[0]["learned_at"])]         # one allowance line
     svc.publish_allowances(arec(pps=1.04e6))                 # moved < 5 %: not worth an object
-    assert svc.flush(10.0)
-    time.sleep(0.3)
+    judged(svc)
     assert len(objects(h.url)) == 1
     svc.publish_allowances(arec(pps=1.04e6, size=9e5))       # a new figure: worth it
     assert svc.flush(10.0)
@@ -386,8 +405,7 @@ def test_allowances_are_published_alone_by_the_buckets_rules(harness: Any, tmp_p
     h2 = harness(refresh_interval=3600.0)
     svc2 = h2.start()
     svc2.publish_allowances(arec(pps=2.01e6, size=9.1e5))
-    assert svc2.flush(10.0)
-    time.sleep(0.3)
+    judged(svc2)
     assert len(objects(h.url)) == 3 and svc2.snapshot().published == 0
 
 

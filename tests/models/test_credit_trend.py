@@ -71,11 +71,15 @@ def test_steady_drain_both_forecasts_agree_with_the_truth() -> None:
     w.run(idle(), 4.0)
     start = w.t
     samples, empty = w.run_until_empty(steady(FULL_SPEED), 20)
-    for s in samples:
-        if s.t - start >= LAB_WINDOW:
-            assert abs(s.t + s.reading.exhaustion_trend_seconds - empty) <= max(0.5, 0.1 * (empty - start))
-        if s.t - start >= 1.0:                          # the rate window (0.6 s) has filled
-            assert abs(s.t + s.reading.exhaustion_seconds - empty) <= max(0.5, 0.1 * (empty - start))
+    tolerance = max(0.5, 0.1 * (empty - start))
+    trend = [s for s in samples if s.t - start >= LAB_WINDOW]
+    rate = [s for s in samples if s.t - start >= 1.0]    # the rate window (0.6 s) has filled
+    # The drain lasts several windows: most of its samples are judged by each forecast, none by neither.
+    assert len(trend) >= len(samples) // 2 and len(rate) >= len(trend), (len(samples), len(trend), len(rate))
+    for s in trend:
+        assert abs(s.t + s.reading.exhaustion_trend_seconds - empty) <= tolerance
+    for s in rate:
+        assert abs(s.t + s.reading.exhaustion_seconds - empty) <= tolerance
 
 
 def test_traffic_under_the_baseline_never_forecasts_an_empty_bucket() -> None:

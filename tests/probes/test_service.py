@@ -226,11 +226,11 @@ def test_thread_runs_the_schedule_and_stops_promptly() -> None:
         svc.stop(2.0)
         stopped_in = time.monotonic() - t0
     assert len(runner.requests) >= 6
+    # stop() wakes the thread out of its 0.2-s wait and joins it: milliseconds; 1 s is the margin for a loaded
+    # machine, and half of stop()'s own 2-s timeout, so a stop that only timed out still fails.
     assert stopped_in < 1.0
+    # The thread is gone, so nothing can run after stop(): no pause needed to show it.
     assert svc._thread is not None and not svc._thread.is_alive()
-    rounds = svc.snapshot().rounds
-    time.sleep(0.5)
-    assert svc.snapshot().rounds == rounds          # nothing runs after stop()
 
 
 def instance_info(instance_id: str, vpc_id: str, ip: str) -> InstanceInfo:
