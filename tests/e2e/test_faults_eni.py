@@ -53,6 +53,11 @@ class EniLab:
         self.lab.run(self.b, "ip", "link", "set", f"p{name}", "up")
         self.lab.run(self.a, "ip", "link", "set", name, "up")
 
+    def samples(self, n: int) -> dict[str, float]:
+        """The metrics once the daemon has taken `n` more samples (proof that time passed for it; no pause)."""
+        start = self.metrics()["burstwatch_samples_total"]
+        return self.wait(lambda m: m["burstwatch_samples_total"] >= start + n, 10 + n * SAMPLE, f"{n} more samples")
+
     def wait(self, cond: Callable[[dict[str, float]], bool], timeout: float, what: str) -> dict[str, float]:
         deadline = time.monotonic() + timeout
         m: dict[str, float] = {}
@@ -143,13 +148,11 @@ def test_an_attached_eni_joins_within_two_samples_and_a_detached_one_leaves_with
 
         # Traffic over eth1 above its shaper: counted on eth1, in the instance rate and the shaping signal.
         sent = udp_burst(e.lab, e.a, "10.79.1.1", "10.79.1.2", 1.5, 6e6)
-        time.sleep(2 * SAMPLE)
-        m = e.metrics()
+        m = e.samples(2)
         counted = m['burstwatch_interface_bytes_total{direction="out",interface="eth1"}']
         assert counted >= 0.3 * sent      # what passed the shaper (20 Mbit/s of 48 offered), with headers
         shaped = m[SHAPED_OUT]
-        time.sleep(2 * SAMPLE)           # quiet: rates back to ~0
-        quiet = e.metrics()
+        quiet = e.samples(2)             # quiet: rates back to ~0
         assert quiet[SHAPED_OUT] == shaped and quiet["burstwatch_throughput_bytes_per_second" + OUT] < 50_000
 
         # Detach: the ENI leaves IMDS and its interface goes away (with its large counters).
@@ -175,14 +178,12 @@ def test_an_attached_eni_joins_within_two_samples_and_a_detached_one_leaves_with
 def test_an_interface_imds_lists_late_joins_on_retry_and_one_it_never_lists_is_left_alone(tmp_path: Path) -> None:
     with eni_lab(tmp_path) as e:
         e.attach("eth1", MAC1, "10.79.1.1/24", "10.79.1.2/24")       # the kernel first, IMDS later
-        time.sleep(4 * SAMPLE)
-        assert present("eth1") not in e.metrics()
+        assert present("eth1") not in e.samples(4)
         e.imds.tree = metadata_tree(enis=(ENI0, ENI1))
         # retried after 1 s, then 2 s, 4 s ...: within ~4 s of IMDS listing it
         e.wait(lambda m: m.get(present("eth1")) == 1.0, 10, "eth1 joining once IMDS lists it")
         e.lab.run(e.a, "ip", "link", "add", "dock0", "type", "bridge")   # not an ENI
-        time.sleep(6 * SAMPLE)
-        m = e.metrics()
+        m = e.samples(6)
         assert present("dock0") not in m and m[present("eth0")] == 1.0 and m[present("eth1")] == 1.0
 
 

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -80,10 +79,19 @@ def test_daemon_rides_out_a_full_or_read_only_state_dir(moto: str, tmp_path: Pat
         undo = [a.format(d=state) for a in UNDO[fault]]
         subprocess.run(["nsenter", "-t", str(proc.pid), "-m", *undo], check=True, timeout=10)
         wait_until(lambda: "credits.json works again" in log.read_text(), 10, "the recovery line")
-        saved = json.loads(Path(f"/proc/{proc.pid}/root{state}/credits.json").read_text())
+        inside = Path(f"/proc/{proc.pid}/root{state}/credits.json")
+        saved = json.loads(inside.read_text())
         assert saved["format"] == "burstwatch-credits/1"
         errors = scrape_metrics(port)['burstwatch_state_write_errors_total{file="credits.json"}']
-        time.sleep(1.5)
+
+        def version() -> tuple[int, int]:
+            st = inside.stat()                             # each save renames a new file into place
+            return st.st_ino, st.st_mtime_ns
+
+        # Two more saves have happened (proof, not a pause: save_interval is 0.5 s), and none failed.
+        for _ in range(2):
+            last = version()
+            wait_until(lambda last=last: version() != last, 10, "another credit save")
         assert scrape_metrics(port)['burstwatch_state_write_errors_total{file="credits.json"}'] == errors
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0

@@ -249,11 +249,12 @@ def test_without_a_generation_every_scrape_renders() -> None:
 def test_cached_scrapes_need_no_worker() -> None:
     """The event loop answers a scrape of an already rendered snapshot itself: a busy worker pool (a slow
     render, a bcrypt check) does not delay it."""
-    release = threading.Event()
+    release, entered = threading.Event(), threading.Event()
 
     def slow(req: Request, may_block: bool) -> Optional[Response]:
         if not may_block:
             return None
+        entered.set()
         release.wait(10)
         return Response(200, b"slow")
 
@@ -264,9 +265,11 @@ def test_cached_scrapes_need_no_worker() -> None:
         assert get(server.port)[0] == 200                      # rendered by the worker, now cached
         stuck = threading.Thread(target=get, args=(server.port, "/slow"))
         stuck.start()
-        time.sleep(0.2)
+        assert entered.wait(10), "the slow request never reached the worker"    # the one worker is busy now
         t0 = time.monotonic()
         assert get(server.port)[0] == 200
+        # A scrape that needed a worker would wait for `release` (10 s); the loop answers in milliseconds.
+        # 1 s leaves a margin of 10x either way.
         assert time.monotonic() - t0 < 1.0
         release.set()
         stuck.join(10)

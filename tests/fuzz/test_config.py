@@ -228,9 +228,11 @@ def damaged_examples(draw: st.DrawFn) -> str:
 @example("sample_interval = 0x" + "f" * 4000)  # parsed, but repr() of it raises ValueError
 @example(f"sample_interval = {10**400}")  # float() of it raises OverflowError
 def test_any_text_is_a_config_or_a_config_error(text: str) -> None:
-    cfg, _msg = outcome(text)
+    cfg, msg = outcome(text)
     if cfg is not None:
         assert in_range(cfg) == []
+    else:
+        assert msg.startswith(f"{WHERE}: ") and len(msg) > len(f"{WHERE}: "), msg   # a refusal says why
 
 
 @given(st.binary(max_size=200) | tomlish.map(lambda s: s.encode("utf-8")))

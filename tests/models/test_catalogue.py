@@ -132,7 +132,9 @@ def test_fields_botocore_parses_itself_agree(moto: str) -> None:
     """Independent of our XML parser: the members every botocore models (vCPUs, ENA, cards)."""
     c = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto)
     cat = load_catalogue()
-    for info in c.describe_instance_types(InstanceTypes=SAMPLE)["InstanceTypes"]:
+    infos = c.describe_instance_types(InstanceTypes=SAMPLE)["InstanceTypes"]
+    assert sorted(i["InstanceType"] for i in infos) == sorted(SAMPLE)          # every sample type compared
+    for info in infos:
         e = cat[info["InstanceType"]]
         net = info["NetworkInfo"]
         assert e.vcpus == info["VCpuInfo"]["DefaultVCpus"]

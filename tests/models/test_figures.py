@@ -35,6 +35,7 @@ def test_every_family_is_named_in_at_most_two_files_under_agent() -> None:
     """The table, and at most one more file (where a model computes it, or a comment citing it): a reader
     finds where a figure comes from by grepping its name."""
     texts = {p: p.read_text() for p in AGENT.rglob("*.py")}
+    assert len(texts) >= 100 and len(F.FIGURES) >= 100, (len(texts), len(F.FIGURES))   # agent/ read, table full
     for f in F.FIGURES:
         word = re.compile(re.escape(f.name) + r"(?![a-z0-9_])")
         files = sorted(str(p.relative_to(AGENT.parent)) for p, t in texts.items() if word.search(t))

@@ -65,7 +65,9 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fixture_files_say_where_they_came_from(name: str) -> None:
-    for f in sorted((FIXTURES / name).glob("*.txt")):
+    files = sorted((FIXTURES / name).glob("*.txt"))
+    assert files, f"no captured output under {FIXTURES / name}"
+    for f in files:
         head = f.read_text().splitlines()[:2]
         assert head[0].startswith("# ethtool -") and "--" in head[0], f
         assert "CAPTURED" in head[1] or "RECONSTRUCTED" in head[1], f

@@ -123,11 +123,11 @@ def test_slow_or_dead_imds_gives_up_after_bounded_attempts(mode: str) -> None:
         assert srv.count("PUT") == 3                      # 1 + retries, then it stops
         # 3 timeouts of 0.2 s plus 0.1 + 0.2 s of backoff; generous slack for a loaded CI machine
         assert 0.6 <= elapsed < 3.0
-        t1 = time.monotonic()
         with pytest.raises(ImdsUnavailable):              # the verdict sticks: no new attempts
             c.get("meta-data/instance-type")
-        assert time.monotonic() - t1 < 0.5 and srv.count("PUT") == 3
-        assert c.stats.snapshot()[("token", "timeout")] == 3
+        # The client's own count of attempts (updated before it returns) shows no new one: no race with the
+        # server's log, and no time bound needed.
+        assert c.stats.snapshot()[("token", "timeout")] == 3 and srv.count("PUT") == 3
         assert c.stats.up is False
         c.reset()                                         # a later re-probe tries again
         srv.delay, srv.hang = 0.0, False
