@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 # A check due within this share of the shortest interval (30 s of the quick checks' 300 s) joins the round
 # about to run rather than having a child of its own a moment later: rounds that ran late or were retried
-# leave the cadences a little out of step.
+# leave the cadences a little apart.
 GRACE = 0.1
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class CheckRunner:
     """A daemon service (name, start, stop): runs the checks on a thread and keeps the latest verdicts.
 
     Each check has its own cadence (`intervals`, default agent/checks INTERVALS): a round runs the checks
-    that are due, on a schedule anchored to the first round so the cadences stay in step (path MTU falls on
+    that are due, on a schedule anchored to the first round so the cadences stay aligned (path MTU falls on
     every 12th quick round); a round that fails is retried after the shortest interval."""
 
     name = "checks"
@@ -172,10 +172,10 @@ class CheckRunner:
         last_run = {**old.last_run, **{name: now for name in CHECKS if name in ran}}
         durations = {**old.durations, **{k: v for k, v in rnd.durations.items() if k in CHECKS}}
         for name in ran & set(CHECKS):
-            step = self.intervals[name]
+            every = self.intervals[name]
             # Anchored (the previous due time plus the interval) unless that is already past: no catching up.
-            nxt = self._due_at.get(name, started) + step
-            self._due_at[name] = nxt if nxt > started else started + step
+            nxt = self._due_at.get(name, started) + every
+            self._due_at[name] = nxt if nxt > started else started + every
         flat = tuple(v for name in CHECKS for v in verdicts[name])
         self.state = CheckState(flat, last_run, durations, old.runs + 1)
         bad = [f"{v.check}/{v.interface or '-'}={v.status}" for v in flat if v.status in ("warn", "fail")]

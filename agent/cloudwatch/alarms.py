@@ -174,7 +174,7 @@ def _instance_dimensions(args: argparse.Namespace, cfg: configmod.Config, imds: 
     return instance_id, common_dimensions(instance_id, instance_type, asg, dict(cfg.cloudwatch.dimensions))
 
 
-def cmd_cloudwatch(args: argparse.Namespace, imds_get: Optional[ImdsGet] = None,
+def alarms_command(args: argparse.Namespace, imds_get: Optional[ImdsGet] = None,
                    client_factory: Optional[Callable[..., Any]] = None) -> int:
     """`burstwatch cloudwatch alarms`; `imds_get(path)` reads IMDS `latest/`-relative paths."""
     if getattr(args, "cloudwatch_command", "alarms") != "alarms":

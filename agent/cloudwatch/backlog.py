@@ -56,7 +56,7 @@ class _Chunk:
 
 
 class SpooledBacklog:
-    """The backlog and its spool kept in step: the datums by flush (and spool record), oldest first; only
+    """The backlog and its spool kept in agreement: the datums by flush (and spool record), oldest first; only
     the head may be partly sent. Changed by the publisher thread only, under `lock` (shared with the
     publisher's counters, which scrapes read); the file I/O happens outside the lock."""
 

@@ -96,8 +96,8 @@ class CloudWatchPublisher:
         self._backoff = 0.0                      # after throttling: seconds to wait before the next call
         self._not_before = 0.0
         self._next_steady = next_steady(wall(), self.flush_interval, self._phase)
-        # A sample may arrive just after its period ended (the sampler stamps a snapshot when the step
-        # finishes); a period is closed this long after its end. A later sample still counts: CloudWatch
+        # A sample may arrive just after its period ended (the sampler stamps a snapshot when the sample
+        # is taken); a period is closed this long after its end. A later sample still counts: CloudWatch
         # merges two statistic sets with the same timestamp.
         self.grace = min(1.0, self.period / 4)
         self.metrics, unknown = selected_metrics(cfg.include)
@@ -128,7 +128,7 @@ class CloudWatchPublisher:
 
     # -- sampler side: cheap, never blocks on I/O --------------------------------------------------
     def observe(self, snap: Snapshot) -> None:
-        """Fold one snapshot into the open periods (called by the sampler thread after each step)."""
+        """Fold one snapshot into the open periods (called by the sampler thread after each sample)."""
         if not self._stop.is_set():
             self._agg.observe(snap)
 

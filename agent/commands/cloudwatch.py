@@ -37,10 +37,10 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
 
 
 def cmd_cloudwatch(args: argparse.Namespace) -> int:
-    from agent.cloudwatch.alarms import cmd_cloudwatch as run
+    from agent.cloudwatch.alarms import alarms_command
     from agent.readers.imds import ImdsClient
 
     im = configmod.load(args.config).imds
     get = ImdsClient(im.endpoint, timeout=im.timeout, retries=im.retries, allow_imdsv1=im.allow_imdsv1).get \
         if im.enabled else None
-    return run(args, imds_get=get)
+    return alarms_command(args, imds_get=get)

@@ -212,8 +212,8 @@ def cookie_text(cookie: bytes) -> str:
 
 
 def stream_ids(count: int) -> list[int]:
-    """iperf3 numbers streams 1, 3, 4, 5, ... (iperf_api.c iperf_add_stream counts from 2 and then steps
-    once per existing stream before assigning), and results are matched on these ids."""
+    """iperf3 numbers streams 1, 3, 4, 5, ... (iperf_api.c iperf_add_stream counts from 2 and then adds one
+    per existing stream before assigning), and results are matched on these ids."""
     return [1] + list(range(3, count + 2)) if count > 0 else []
 
 

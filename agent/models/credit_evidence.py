@@ -21,7 +21,7 @@ def near_baseline(rate: float, baseline: float) -> bool:
     return NEAR_BASELINE_LOW * baseline <= rate <= NEAR_BASELINE_HIGH * baseline
 
 
-class Verdict(str, Enum):
+class EvidenceVerdict(str, Enum):
     """What the evidence rule says of a confirmed run of shaping near the baseline."""
 
     EXHAUSTED = "exhausted"                 # the history could have spent the bucket
@@ -47,17 +47,17 @@ class ExhaustionEvidence:
         """What the model holds: bucket - deficit, clamped to 0 .. bucket."""
         return min(self.bucket, max(0.0, self.bucket - self.deficit))
 
-    def verdict(self) -> Verdict:
+    def verdict(self) -> EvidenceVerdict:
         if self.deficit < EXHAUSTION_EVIDENCE_FRACTION * self.bucket:
-            return Verdict.TOO_LITTLE_SPENT
+            return EvidenceVerdict.TOO_LITTLE_SPENT
         if self.deficit < self.deficit_peak - HIGH_WATER_TOLERANCE * self.bucket:
-            return Verdict.BELOW_HIGH_WATER
+            return EvidenceVerdict.BELOW_HIGH_WATER
         # Rule 3 only when the exhaustion would teach the model a new size.
         if self.remaining > AGREEMENT * self.bucket and self.run_seconds > 0:
             net = (self.deficit - self.run_start_deficit) / self.run_seconds
             if net < -CLAMP_RATE_SLACK * self.baseline:
-                return Verdict.EARNING
-        return Verdict.EXHAUSTED
+                return EvidenceVerdict.EARNING
+        return EvidenceVerdict.EXHAUSTED
 
 
 @dataclass

@@ -12,8 +12,8 @@ from agent.models.credit_evidence import (
     EXHAUSTION_EVIDENCE_FRACTION,
     NEAR_BASELINE_HIGH,
     DrainHistory,
+    EvidenceVerdict,
     HeldClamp,
-    Verdict,
     near_baseline,
 )
 from agent.models.credit_trend import DEFAULT_FORECAST_WINDOW, TrendForecast
@@ -171,7 +171,7 @@ class Bucket:
         self.evidence.observe(before, self.deficit, dt, bool(shaped) and near_baseline(rate, self.baseline))
         verdict = self.evidence.evidence(self.bucket, self.baseline, self.deficit).verdict()
         released = self.exhausted and self.hold.released(net, self.forecast.clock, self.bucket, self.baseline)
-        move = transition(self.exhausted, self.evidence.confirmed, verdict is Verdict.EXHAUSTED, released)
+        move = transition(self.exhausted, self.evidence.confirmed, verdict is EvidenceVerdict.EXHAUSTED, released)
         if move is Transition.CONFIRMED:
             # A real exhaustion: the bucket is the deficit right now.
             self.bucket = self.learner.at_exhaustion(self.bucket, self.deficit, self.remaining(), learn)

@@ -191,8 +191,8 @@ class SpendTrend:
         pts = self.points
         if len(pts) <= most:
             return pts
-        step = (len(pts) - 1) / (most - 1)
-        return [pts[round(k * step)] for k in range(most)]
+        stride = (len(pts) - 1) / (most - 1)
+        return [pts[round(k * stride)] for k in range(most)]
 
     def load(self, points: list[tuple[float, float]]) -> None:
         """Start from saved points (oldest first), as if they had been added one by one."""

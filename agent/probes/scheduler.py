@@ -341,12 +341,12 @@ class Scheduler:
         self.skipped[reason] += n
 
     def _advance(self, now: float) -> None:
-        step = self.interval * (1.0 + self.rng.uniform(-self.jitter, self.jitter))
+        gap = self.interval * (1.0 + self.rng.uniform(-self.jitter, self.jitter))
         # Anchored to the schedule, so rounds do not drift by the time probes take; after a stall
         # (suspend, a long round) the next round is one interval from now rather than a burst of them.
-        self.next_round += step
+        self.next_round += gap
         if self.next_round <= now:
-            self.next_round = now + step
+            self.next_round = now + gap
 
     def _begin_round(self, now: float) -> None:
         self.rounds += 1

@@ -233,9 +233,9 @@ class ProbeService:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.step()
+                self.run_once()
             except Exception:  # a bug must not end probing for the life of the daemon
-                log.exception("probe service step failed")
+                log.exception("probe service round failed")
                 self._stop.wait(MAX_SLEEP)
                 continue
             self._nudge.wait(self.sleep_seconds())
@@ -248,7 +248,7 @@ class ProbeService:
                 wait = min(wait, self._next_discovery - self.scheduler.clock())
         return max(0.01, min(wait, MAX_SLEEP))
 
-    def step(self) -> Optional[ProbeResult]:
+    def run_once(self) -> Optional[ProbeResult]:
         """One pass: refresh discovery when due, then run the next allowed probe (if any)."""
         if self._discover is not None and self.scheduler.clock() >= self._next_discovery:
             self.refresh_peers()

@@ -32,7 +32,7 @@ API_READ_TIMEOUT = 5.0
 
 
 class ApiLookup(NamedTuple):
-    """What the API step produced and why: `status` is fresh, cached, stale_cache, denied, unreachable,
+    """What the API lookup produced and why: `status` is fresh, cached, stale_cache, denied, unreachable,
     no_credentials, unknown_type or error; `info` (one InstanceTypeInfo as parse_describe_instance_types
     returns it; models.catalogue.entry_from_describe reads it) is None unless status is one of the first
     three."""

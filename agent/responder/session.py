@@ -275,7 +275,7 @@ class Session:
             if not self.ctrl.readable(min(left, 0.5, (omit_at - now) if omit_at is not None else 0.5)):
                 continue
             # Stamp the end before anything else: under GIL contention from busy stream threads every
-            # further step may wait a switch interval (5 ms), and the client's end is now.
+            # further statement may wait a switch interval (5 ms), and the client's end is now.
             t_end = time.monotonic()
             state = self._recv_state(1.0, "TEST_END")
             if state == p.TEST_END:

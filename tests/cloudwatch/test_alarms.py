@@ -17,9 +17,9 @@ from agent.cloudwatch.alarms import (
     alarm_params,
     alarm_period,
     alarm_set,
+    alarms_command,
     cloudformation,
     cloudformation_template,
-    cmd_cloudwatch,
     logical_id,
 )
 from agent.cloudwatch.dimensions import common_dimensions
@@ -55,7 +55,7 @@ def test_alarms_are_created_as_printed(moto: str, tmp_path: Path, capsys: pytest
     cfg = write_config(tmp_path, moto, 'dimensions = { Environment = "prod" }\nper_instance = "always"\n')
     args = parse(["alarms", "--config", str(cfg), "--json", "--apply", "--instance-id", IID,
                   "--instance-type", ITYPE, "--autoscaling-group", "web-asg", "--sns-topic", TOPIC])
-    assert cmd_cloudwatch(args) == 0
+    assert alarms_command(args) == 0
     everything = json.loads(capsys.readouterr().out)
     assert len(everything) == len(ALARMS) * 2 * 2 == 12       # per group, and per instance as configured
     printed = [a for a in everything if a["AlarmName"].startswith(f"burstwatch-{IID}-")]
@@ -126,7 +126,7 @@ def test_text_output_without_apply_creates_nothing(moto: str, tmp_path: Path,
     cfg = write_config(tmp_path, moto, "period = 1\n")
     imds = {"meta-data/instance-id": IID, "meta-data/instance-type": ITYPE,
             "meta-data/placement/region": "us-east-1", "meta-data/tags/instance": "Name"}
-    assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg)]), imds_get=imds.get) == 0
+    assert alarms_command(parse(["alarms", "--config", str(cfg)]), imds_get=imds.get) == 0
     out = capsys.readouterr().out
     # The defaults: per group, here the instance type (no Auto Scaling group); no per-instance alarms.
     assert "burstwatch-m5.large-credit-exhaustion-in" in out and IID not in out
@@ -141,7 +141,7 @@ def test_text_output_without_apply_creates_nothing(moto: str, tmp_path: Path,
 def test_no_instance_means_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = write_config(tmp_path, "http://127.0.0.1:9")
     for fmt in ([], ["--cloudformation"]):        # the template names the instance's group too
-        assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg), *fmt])) == 2
+        assert alarms_command(parse(["alarms", "--config", str(cfg), *fmt])) == 2
         assert "--instance-id" in capsys.readouterr().err
 
 
@@ -166,12 +166,12 @@ def _three_outputs(cfg: Path, capsys: pytest.CaptureFixture[str],
     """(what --json prints, what --apply creates, the --cloudformation template) for one config."""
     argv = ["alarms", "--config", str(cfg), "--instance-id", IID, "--instance-type", ITYPE,
             "--autoscaling-group", "web-asg", "--sns-topic", TOPIC]
-    assert cmd_cloudwatch(parse([*argv, "--json"])) == 0
+    assert alarms_command(parse([*argv, "--json"])) == 0
     printed = json.loads(capsys.readouterr().out)
     rec = _Recorder()
-    assert cmd_cloudwatch(parse([*argv, "--apply"]), client_factory=lambda *_: rec) == 0
+    assert alarms_command(parse([*argv, "--apply"]), client_factory=lambda *_: rec) == 0
     capsys.readouterr()
-    assert cmd_cloudwatch(parse([*argv, "--cloudformation"])) == 0
+    assert alarms_command(parse([*argv, "--cloudformation"])) == 0
     return printed, rec.created, json.loads(capsys.readouterr().out)
 
 
@@ -248,7 +248,7 @@ SINGLE_METRIC = {"Namespace", "MetricName", "Dimensions", "Statistic", "Period"}
 def test_the_template_is_valid_cloudformation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read the template as YAML")
     cfg = write_config(tmp_path, "http://127.0.0.1:9", SELECTIONS[1][0])
-    assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg), "--cloudformation", "--instance-id", IID,
+    assert alarms_command(parse(["alarms", "--config", str(cfg), "--cloudformation", "--instance-id", IID,
                                  "--instance-type", ITYPE, "--autoscaling-group", "web-asg"])) == 0
     text = capsys.readouterr().out
     tpl = json.loads(text)
@@ -299,7 +299,7 @@ def test_docs_carry_the_generated_template(tmp_path: Path, capsys: pytest.Captur
         "docs/cloudwatch.md is stale: paste `burstwatch cloudwatch alarms --cloudformation`"
     # and it is what the command prints for that instance
     cfg = write_config(tmp_path, "http://127.0.0.1:9")
-    assert cmd_cloudwatch(parse(["alarms", "--config", str(cfg), "--cloudformation", "--instance-id", IID,
+    assert alarms_command(parse(["alarms", "--config", str(cfg), "--cloudformation", "--instance-id", IID,
                                  "--instance-type", ITYPE, "--autoscaling-group", "web-asg"])) == 0
     assert capsys.readouterr().out == _documented_template()
 

@@ -67,7 +67,7 @@ def _probe_round(rate: str) -> dict[str, Any]:
     results: dict[str, Any] = {}
     deadline = time.monotonic() + 30.0
     while len(results) < 2 and time.monotonic() < deadline:
-        r = svc.step()
+        r = svc.run_once()
         if r is None:
             time.sleep(svc.sleep_seconds())
         else:

@@ -38,7 +38,7 @@ def service(clock: Clock, runner: Any, credits: Any = None, archive: Optional[S3
 def run_round(svc: ProbeService, clock: Clock) -> None:
     clock.t = max(clock.t, svc.scheduler.next_round)
     while True:
-        r = svc.step()
+        r = svc.run_once()
         if r is None and not svc.scheduler.pending:
             return
         if r is None:

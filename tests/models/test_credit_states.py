@@ -16,9 +16,9 @@ from agent.models.credit_evidence import (
     EXHAUSTION_EVIDENCE_FRACTION,
     HIGH_WATER_TOLERANCE,
     DrainHistory,
+    EvidenceVerdict,
     ExhaustionEvidence,
     HeldClamp,
-    Verdict,
     near_baseline,
 )
 from agent.models.credit_model import Bucket, CreditEstimator, CreditState, Transition, transition
@@ -41,24 +41,24 @@ def test_the_thresholds_these_tables_are_written_for() -> None:
 
 # (why, deficit, deficit_peak, run_start_deficit, run_seconds) -> verdict
 VERDICTS = [
-    ("a drain of a quarter, flat at its peak", 250.0, 250.0, 250.0, 1.0, Verdict.EXHAUSTED),
-    ("rule 1: just under a quarter spent", 249.0, 249.0, 249.0, 1.0, Verdict.TOO_LITTLE_SPENT),
-    ("rule 1 first: little spent and below the peak", 100.0, 900.0, 150.0, 1.0, Verdict.TOO_LITTLE_SPENT),
-    ("rule 2: more than 1 % under the high-water mark", 500.0, 511.0, 500.0, 1.0, Verdict.BELOW_HIGH_WATER),
-    ("rule 2: within 1 % of it", 500.0, 510.0, 500.0, 1.0, Verdict.EXHAUSTED),
+    ("a drain of a quarter, flat at its peak", 250.0, 250.0, 250.0, 1.0, EvidenceVerdict.EXHAUSTED),
+    ("rule 1: just under a quarter spent", 249.0, 249.0, 249.0, 1.0, EvidenceVerdict.TOO_LITTLE_SPENT),
+    ("rule 1 first: little spent and below the peak", 100.0, 900.0, 150.0, 1.0, EvidenceVerdict.TOO_LITTLE_SPENT),
+    ("rule 2: more than 1 % under the high-water mark", 500.0, 511.0, 500.0, 1.0, EvidenceVerdict.BELOW_HIGH_WATER),
+    ("rule 2: within 1 % of it", 500.0, 510.0, 500.0, 1.0, EvidenceVerdict.EXHAUSTED),
     ("rule 3: falling faster than the slack while the model disagrees", 500.0, 506.0, 506.0, 1.0,
-     Verdict.EARNING),
-    ("rule 3: falling at the slack", 500.0, 505.0, 505.0, 1.0, Verdict.EXHAUSTED),
-    ("rule 3: rising (a clamp a little over the baseline)", 500.0, 500.0, 490.0, 1.0, Verdict.EXHAUSTED),
-    ("rule 3 not asked when the model agrees (holds under 5 %)", 960.0, 960.0, 1000.0, 1.0, Verdict.EXHAUSTED),
-    ("rule 3 not asked of a run without duration", 500.0, 506.0, 600.0, 0.0, Verdict.EXHAUSTED),
-    ("the model past its own bucket", 1200.0, 1200.0, 1200.0, 1.0, Verdict.EXHAUSTED),
+     EvidenceVerdict.EARNING),
+    ("rule 3: falling at the slack", 500.0, 505.0, 505.0, 1.0, EvidenceVerdict.EXHAUSTED),
+    ("rule 3: rising (a clamp a little over the baseline)", 500.0, 500.0, 490.0, 1.0, EvidenceVerdict.EXHAUSTED),
+    ("rule 3 not asked when the model agrees (holds under 5 %)", 960.0, 960.0, 1000.0, 1.0, EvidenceVerdict.EXHAUSTED),
+    ("rule 3 not asked of a run without duration", 500.0, 506.0, 600.0, 0.0, EvidenceVerdict.EXHAUSTED),
+    ("the model past its own bucket", 1200.0, 1200.0, 1200.0, 1.0, EvidenceVerdict.EXHAUSTED),
 ]
 
 
 @pytest.mark.parametrize(("deficit", "peak", "start", "seconds", "want"), [c[1:] for c in VERDICTS],
                          ids=[c[0] for c in VERDICTS])
-def test_evidence_verdict(deficit: float, peak: float, start: float, seconds: float, want: Verdict) -> None:
+def test_evidence_verdict(deficit: float, peak: float, start: float, seconds: float, want: EvidenceVerdict) -> None:
     assert ExhaustionEvidence(BUCKET, BASELINE, deficit, peak, start, seconds).verdict() is want
 
 

@@ -86,7 +86,7 @@ def run_round(svc: ProbeService, clock: Clock) -> list[Any]:
     clock.t = max(clock.t, svc.scheduler.next_round)
     out = []
     while True:
-        r = svc.step()
+        r = svc.run_once()
         if r is None and svc.scheduler.pending:
             clock.t += svc.scheduler.wait_seconds()       # the gap between probes
             continue
@@ -268,7 +268,7 @@ def test_discovery_and_archive_end_to_end_through_moto(moto: str) -> None:
             (peer["PrivateIpAddress"], "m5.large", "discovered")]
         svc.scheduler.next_round = svc.scheduler.clock()      # do not wait up to 15 minutes for round one
         svc.scheduler.gap = 0.0
-        while svc.step() is not None:
+        while svc.run_once() is not None:
             pass
         assert [q.host for q in runner.requests] == [peer["PrivateIpAddress"]] * 2
         assert svc.archive.flush(20.0)
