@@ -8,7 +8,16 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Protocol
 
 from agent.models.cw_aggregate import Datum, Dims, PeriodAggregator, SeriesKey, StatSet
-from agent.models.figures import CLOUDWATCH_METRICS, CloudWatchForm, DirectionReader, ProbeResultLike
+from agent.models.figures import (
+    CLOUDWATCH_METRICS,
+    DirectionReader,
+    PerChecks,
+    PerDirection,
+    PerPeer,
+    PerSample,
+    ProbeResultLike,
+    SampleReader,
+)
 from agent.models.units import DIRECTIONS
 
 if TYPE_CHECKING:
@@ -46,12 +55,13 @@ class Aggregation:
         # Worked out once, so observe() only calls the readers: (reader, direction, series key).
         self._per_direction: list[tuple[DirectionReader, str, SeriesKey]] = [
             (f.read, d, SeriesKey(f.name, f.unit, (("Direction", d),)))
-            for d in DIRECTIONS for f in forms if f.per == "direction"]
+            for d in DIRECTIONS for f in forms if isinstance(f, PerDirection)]
         # Instance-wide figures of the sample (the allowances'): read(snapshot), no extra dimension.
-        self._per_sample: list[tuple[Callable[..., Optional[float]], SeriesKey]] = [
-            (f.read, SeriesKey(f.name, f.unit)) for f in forms if f.per == "sample"]
-        self._per_instance = [f for f in forms if f.per == "instance"] if checks is not None else []
-        self._per_peer = [f for f in forms if f.per == "peer"] if probes is not None else []
+        self._per_sample: list[tuple[SampleReader, SeriesKey]] = [
+            (f.read, SeriesKey(f.name, f.unit)) for f in forms if isinstance(f, PerSample)]
+        self._per_instance: list[PerChecks] = [f for f in forms if isinstance(f, PerChecks)] \
+            if checks is not None else []
+        self._per_peer: list[PerPeer] = [f for f in forms if isinstance(f, PerPeer)] if probes is not None else []
         self._checks, self._probes = checks, probes
         self._probe_seen: dict[Dims, Any] = {}   # (Peer, Direction) -> timestamp of the result published
         self._on_error = on_error                # a service callable's failure: counted by the publisher
@@ -66,7 +76,7 @@ class Aggregation:
         return self._agg.refused + self._agg.invalid
 
     def observe(self, snap: Snapshot) -> None:
-        """Fold one snapshot into the open periods (the sampler thread, after each step). The shaping figure
+        """Fold one snapshot into the open periods (the sampler thread, after each sample). The shaping figure
         sends the shaping reading's `increase`, the one the sampler computed for the credit model too."""
         samples = []
         for read, d, key in self._per_direction:
@@ -109,7 +119,7 @@ class Aggregation:
         except Exception as exc:
             self._on_error("other", exc)
             return []
-        return [(t, SeriesKey(f.name, f.unit), _value(f, statuses)) for f in self._per_instance]
+        return [(t, SeriesKey(f.name, f.unit), float(f.read(statuses))) for f in self._per_instance]
 
     def _probe_samples(self, t: float) -> list[tuple[float, SeriesKey, float]]:
         if not self._per_peer or self._probes is None:
@@ -129,10 +139,5 @@ class Aggregation:
                     continue                  # already published, in the period it ran
                 self._probe_seen[dims] = ran
                 when = float(ran)
-            samples += [(when, SeriesKey(f.name, f.unit, dims), _value(f, r)) for f in self._per_peer]
+            samples += [(when, SeriesKey(f.name, f.unit, dims), float(f.read(r))) for f in self._per_peer]
         return samples
-
-
-def _value(form: CloudWatchForm, reading: Any) -> float:
-    value = form.read(reading)
-    return float(value) if value is not None else 0.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from agent.models.figures.schema import CloudWatchForm, Figure
+from agent.models.figures.schema import Figure, PerSample
 
 
 def _conntrack_in_use_ratio(snap: Any) -> Optional[float]:
@@ -40,8 +40,8 @@ CONNTRACK_IN_USE_RATIO = Figure(
     cloudwatch=(
         # Off by default: one more metric per instance ($0.30 a month each, docs/cloudwatch.md, "Cost"), and
         # the exceeded counter, not this ratio, says drops happen; a fleet with conntrack-heavy hosts includes it.
-        CloudWatchForm("ConntrackInUseRatio", "None", "Maximum", "sample", False,
-                       "share of the learned connection-tracking size in use (0..1)", _conntrack_in_use_ratio),
+        PerSample("ConntrackInUseRatio", "None", "Maximum", False,
+                  "share of the learned connection-tracking size in use (0..1)", _conntrack_in_use_ratio),
     ))
 CONNTRACK_FULL_SECONDS = Figure(
     "burstwatch_conntrack_full_seconds", "gauge", "allowances",
@@ -93,8 +93,8 @@ PPS_HEADROOM_RATIO = Figure(
     doc="packets per second / ceiling: 1 at the ceiling",
     cloudwatch=(
         # Off by default for the same reason as ConntrackInUseRatio; Maximum, as a ceiling is hit at peaks.
-        CloudWatchForm("PpsHeadroomRatio", "None", "Maximum", "sample", False,
-                       "packets per second over the learned PPS ceiling (1 = at the ceiling)", _pps_headroom_ratio),
+        PerSample("PpsHeadroomRatio", "None", "Maximum", False,
+                  "packets per second over the learned PPS ceiling (1 = at the ceiling)", _pps_headroom_ratio),
     ))
 PPS_NEAR_CEILING = Figure(
     "burstwatch_pps_near_ceiling", "gauge", "allowances",

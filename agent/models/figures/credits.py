@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from agent.models.figures.schema import (
     EXHAUSTION_CAP_SECONDS,
-    CloudWatchForm,
     Figure,
+    PerDirection,
     StatusForm,
     credit,
     instance_rate,
@@ -27,9 +27,9 @@ CREDIT_REMAINING_BYTES = Figure(
     doc="estimated burst credit left in the bucket",
     read=credit("remaining_bytes", bucket=True),
     cloudwatch=(
-        CloudWatchForm("CreditRemainingBytes", "Bytes", "Minimum", "direction", False,
-                       "estimated burst credit left",
-                       credit("remaining_bytes")),
+        PerDirection("CreditRemainingBytes", "Bytes", "Minimum", False,
+                     "estimated burst credit left",
+                     credit("remaining_bytes")),
     ),
     status=(StatusForm("remaining_bytes"),))
 CREDIT_REMAINING_RATIO = Figure(
@@ -39,9 +39,9 @@ CREDIT_REMAINING_RATIO = Figure(
     doc="the same as a fraction of the bucket (0..1)",
     read=credit("ratio", bucket=True),
     cloudwatch=(
-        CloudWatchForm("CreditRemainingRatio", "None", "Minimum", "direction", True,
-                       "estimated burst credit left, as a fraction of the bucket (0..1)",
-                       credit("ratio")),
+        PerDirection("CreditRemainingRatio", "None", "Minimum", True,
+                     "estimated burst credit left, as a fraction of the bucket (0..1)",
+                     credit("ratio")),
     ),
     status=(StatusForm("remaining_ratio"),))
 CREDIT_BUCKET_BYTES = Figure(
@@ -51,9 +51,9 @@ CREDIT_BUCKET_BYTES = Figure(
     doc="the bucket size in use (configured, default or learned)",
     read=credit("bucket_bytes", bucket=True),
     cloudwatch=(
-        CloudWatchForm("CreditBucketBytes", "Bytes", "Maximum", "direction", False,
-                       "bucket size in use",
-                       credit("bucket_bytes")),
+        PerDirection("CreditBucketBytes", "Bytes", "Maximum", False,
+                     "bucket size in use",
+                     credit("bucket_bytes")),
     ),
     status=(StatusForm("bucket_bytes"),))
 CREDIT_EXHAUSTION_SECONDS = Figure(
@@ -63,12 +63,12 @@ CREDIT_EXHAUSTION_SECONDS = Figure(
     doc="forecast seconds until the bucket is empty at the current rate; `+Inf` when not draining",
     read=credit("exhaustion_seconds"),
     cloudwatch=(
-        CloudWatchForm("CreditExhaustionSeconds", "Seconds", "Minimum", "direction", True,
-                       "forecast seconds until the bucket is empty at the current rate; 31536000 (a year) stands for "
-                       "\"not draining\"",
-                       credit("exhaustion_seconds", cap=EXHAUSTION_CAP_SECONDS),
-                       # sustained over the period, as the alarm reads it (agent/models/cw_alarms.py)
-                       rollup="Maximum"),
+        PerDirection("CreditExhaustionSeconds", "Seconds", "Minimum", True,
+                     "forecast seconds until the bucket is empty at the current rate; 31536000 (a year) stands for "
+                     "\"not draining\"",
+                     credit("exhaustion_seconds", cap=EXHAUSTION_CAP_SECONDS),
+                     # sustained over the period, as the alarm reads it (agent/models/cw_alarms.py)
+                     rollup="Maximum"),
     ),
     status=(StatusForm("exhaustion_seconds"),))
 CREDIT_REFILL_SECONDS = Figure(
@@ -78,9 +78,9 @@ CREDIT_REFILL_SECONDS = Figure(
     doc="forecast seconds until the bucket is full at the current rate; `+Inf` when not refilling, 0 when full",
     read=credit("refill_seconds", bucket=True),
     cloudwatch=(
-        CloudWatchForm("CreditRefillSeconds", "Seconds", "Minimum", "direction", False,
-                       "seconds until the bucket is full at the current rate; capped like the exhaustion forecast",
-                       credit("refill_seconds", cap=EXHAUSTION_CAP_SECONDS)),
+        PerDirection("CreditRefillSeconds", "Seconds", "Minimum", False,
+                     "seconds until the bucket is full at the current rate; capped like the exhaustion forecast",
+                     credit("refill_seconds", cap=EXHAUSTION_CAP_SECONDS)),
     ),
     status=(StatusForm("refill_seconds"),))
 CREDIT_SHAPED = Figure(
@@ -90,9 +90,9 @@ CREDIT_SHAPED = Figure(
     doc="1 when the shaping signal rose during the last sample (also at the peak)",
     read=credit("shaped"),
     cloudwatch=(
-        CloudWatchForm("Shaped", "None", "Maximum", "direction", False,
-                       "1 when the shaping counter rose, else 0",
-                       credit("shaped")),
+        PerDirection("Shaped", "None", "Maximum", False,
+                     "1 when the shaping counter rose, else 0",
+                     credit("shaped")),
     ))
 CREDIT_EXHAUSTED = Figure(
     "burstwatch_credit_exhausted", "gauge", "credits",
@@ -102,9 +102,9 @@ CREDIT_EXHAUSTED = Figure(
         "history that could have spent the bucket: [credits.md](credits.md#exhaustion-needs-evidence))",
     read=credit("exhausted", bucket=True),
     cloudwatch=(
-        CloudWatchForm("CreditExhausted", "None", "Maximum", "direction", False,
-                       "1 while the shaper holds the rate at the baseline (bucket empty), else 0",
-                       credit("exhausted")),
+        PerDirection("CreditExhausted", "None", "Maximum", False,
+                     "1 while the shaper holds the rate at the baseline (bucket empty), else 0",
+                     credit("exhausted")),
     ),
     status=(StatusForm("exhausted", "flag"),))
 CREDIT_EXHAUSTION_TREND_SECONDS = Figure(
@@ -117,10 +117,10 @@ CREDIT_EXHAUSTION_TREND_SECONDS = Figure(
         "([credits.md](credits.md#two-forecasts))",
     read=credit("exhaustion_trend_seconds"),
     cloudwatch=(
-        CloudWatchForm("CreditExhaustionTrendSeconds", "Seconds", "Minimum", "direction", True,
-                       "the same at the net spend rate over `[credits] forecast_window` (default 60 s: bursts and "
-                       "pauses together, [credits.md](credits.md#two-forecasts)); capped the same way",
-                       credit("exhaustion_trend_seconds", cap=EXHAUSTION_CAP_SECONDS), rollup="Maximum"),
+        PerDirection("CreditExhaustionTrendSeconds", "Seconds", "Minimum", True,
+                     "the same at the net spend rate over `[credits] forecast_window` (default 60 s: bursts and "
+                     "pauses together, [credits.md](credits.md#two-forecasts)); capped the same way",
+                     credit("exhaustion_trend_seconds", cap=EXHAUSTION_CAP_SECONDS), rollup="Maximum"),
     ),
     status=(StatusForm("exhaustion_trend_seconds"),))
 CREDIT_REFILL_TREND_SECONDS = Figure(
@@ -153,11 +153,11 @@ SHAPING_PACKETS_TOTAL = Figure(
     doc="packets the shaper queued or dropped: ENA `bw_{in,out}_allowance_exceeded` summed over interfaces "
         "(`source=\"ethtool\"`) or tc overlimits (`source=\"tc\"`), accounted across resets",
     cloudwatch=(
-        CloudWatchForm("ShapingEvents", "Count", "Sum", "direction", True,
-                       "increase of the shaping counter during the period: ENA's `bw_in/bw_out_allowance_exceeded` "
-                       "(packets queued or dropped by the shaper) or the tc qdisc's overlimits; a driver reset is "
-                       "counted from zero, never as a negative",
-                       shaping_increase),
+        PerDirection("ShapingEvents", "Count", "Sum", True,
+                     "increase of the shaping counter during the period: ENA's `bw_in/bw_out_allowance_exceeded` "
+                     "(packets queued or dropped by the shaper) or the tc qdisc's overlimits; a driver reset is "
+                     "counted from zero, never as a negative",
+                     shaping_increase),
     ),
     status=(StatusForm("shaping_packets_total", "sum"),))
 THROUGHPUT_BYTES_PER_SECOND = Figure(
@@ -167,8 +167,8 @@ THROUGHPUT_BYTES_PER_SECOND = Figure(
     doc="the measured rate the estimate uses (all monitored interfaces, over `rate_window`)",
     read=instance_rate,
     cloudwatch=(
-        CloudWatchForm("ThroughputBytesPerSecond", "Bytes/Second", "Average", "direction", True,
-                       "measured instance throughput, all monitored interfaces",
-                       instance_rate_or_credit),
+        PerDirection("ThroughputBytesPerSecond", "Bytes/Second", "Average", True,
+                     "measured instance throughput, all monitored interfaces",
+                     instance_rate_or_credit),
     ),
     status=(StatusForm("rate_bytes_per_second"),))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.models.figures.schema import CloudWatchForm, Figure, count_status
+from agent.models.figures.schema import Figure, PerChecks, count_status
 
 ENA_ALLOWANCE_EXCEEDED_TOTAL = Figure(
     "burstwatch_ena_allowance_exceeded_total", "counter", "ena",
@@ -73,12 +73,12 @@ CHECK_STATUS = Figure(
     doc="1 for the check's current verdict (`ok`, `warn`, `fail`, `skip`), 0 for the other three; `interface` is "
         "the peer for `path_mtu` and empty for `imds`",
     cloudwatch=(
-        CloudWatchForm("FailedChecks", "Count", "Maximum", "instance", True,
-                       "checks (ENA, driver, queues, MTU) whose verdict is `fail`; details in `burstwatch check`",
-                       count_status("fail")),
-        CloudWatchForm("WarnedChecks", "Count", "Maximum", "instance", False,
-                       "checks whose verdict is `warn`",
-                       count_status("warn")),
+        PerChecks("FailedChecks", "Count", "Maximum", True,
+                  "checks (ENA, driver, queues, MTU) whose verdict is `fail`; details in `burstwatch check`",
+                  count_status("fail")),
+        PerChecks("WarnedChecks", "Count", "Maximum", False,
+                  "checks whose verdict is `warn`",
+                  count_status("warn")),
     ))
 CHECK_LAST_RUN_TIMESTAMP_SECONDS = Figure(
     "burstwatch_check_last_run_timestamp_seconds", "gauge", "ena",

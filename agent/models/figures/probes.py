@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.models.figures.schema import CloudWatchForm, Figure, probe_bits_per_second, probe_success
+from agent.models.figures.schema import Figure, PerPeer, probe_bits_per_second, probe_success
 
 PROBE_SUCCESS = Figure(
     "burstwatch_probe_success", "gauge", "probes",
@@ -10,9 +10,9 @@ PROBE_SUCCESS = Figure(
     labels=("peer", "direction"),
     doc="1 when the last probe completed, 0 when it failed",
     cloudwatch=(
-        CloudWatchForm("ProbeSuccess", "None", "Minimum", "peer", False,
-                       "1 when the peer's latest probe succeeded",
-                       probe_success),
+        PerPeer("ProbeSuccess", "None", "Minimum", False,
+                "1 when the peer's latest probe succeeded",
+                probe_success),
     ))
 PROBE_THROUGHPUT_BYTES_PER_SECOND = Figure(
     "burstwatch_probe_throughput_bytes_per_second", "gauge", "probes",
@@ -20,10 +20,10 @@ PROBE_THROUGHPUT_BYTES_PER_SECOND = Figure(
     labels=("peer", "direction"),
     doc="payload rate the receiver measured (iperf3 `end.sum_received`)",
     cloudwatch=(
-        CloudWatchForm("ProbeThroughputBitsPerSecond", "Bits/Second", "Average", "peer", True,
-                       "each probe's throughput, in the period the probe ran, 0 when it failed (only when probes run: "
-                       "`[probe] peers`)",
-                       probe_bits_per_second),
+        PerPeer("ProbeThroughputBitsPerSecond", "Bits/Second", "Average", True,
+                "each probe's throughput, in the period the probe ran, 0 when it failed (only when probes run: "
+                "`[probe] peers`)",
+                probe_bits_per_second),
     ))
 PROBE_EXPECTED_BYTES_PER_SECOND = Figure(
     "burstwatch_probe_expected_bytes_per_second", "gauge", "probes",

@@ -1,12 +1,18 @@
 """What an entry of the figure table is (Figure and its CloudWatch and status forms) and how figures are read
-from a sample: pure functions over duck-typed readings (the Protocols), so the table imports nothing above
-agent/models."""
+from a sample: pure functions over the sample's readings. The sample and the probe results are Protocols,
+because their classes live above agent/models (agent/sampling, agent/probes), which the table may not import."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Protocol, Sequence
+
+if TYPE_CHECKING:
+    # Types only, no import at run time: the readings are this layer's own classes, and a process that only
+    # renders figures (`burstwatch status`) need not load the credit model.
+    from agent.models.credit_model import CreditReading
+    from agent.models.shaping import ShapingReading
 
 # Every family's prefix (the one namespace of the conventions; tests/models/test_figures.py holds it).
 NAMESPACE = "burstwatch"
@@ -17,57 +23,6 @@ NAMESPACE = "burstwatch"
 EXHAUSTION_CAP_SECONDS = 365 * 86400.0
 
 
-class CreditLike(Protocol):
-    """One direction's credit figures (agent/models/credit_model.py CreditReading)."""
-
-    @property
-    def rate_bytes_per_second(self) -> float: ...
-
-    @property
-    def remaining_bytes(self) -> Optional[float]: ...
-
-    @property
-    def bucket_bytes(self) -> Optional[float]: ...
-
-    @property
-    def ratio(self) -> Optional[float]: ...
-
-    @property
-    def exhaustion_seconds(self) -> float: ...
-
-    @property
-    def refill_seconds(self) -> float: ...
-
-    @property
-    def shaped(self) -> bool: ...
-
-    @property
-    def exhausted(self) -> bool: ...
-
-    @property
-    def learned_count(self) -> int: ...
-
-    @property
-    def exhaustion_trend_seconds(self) -> float: ...
-
-    @property
-    def refill_trend_seconds(self) -> float: ...
-
-
-
-class ShapingLike(Protocol):
-    """One sample's shaping signal (agent/models/shaping.py ShapingReading)."""
-
-    @property
-    def source(self) -> str: ...
-
-    @property
-    def increase(self) -> Mapping[str, int]: ...
-
-    @property
-    def total(self) -> Mapping[str, int]: ...
-
-
 class SnapshotLike(Protocol):
     """What the per-direction readers take from a sample (agent/sampling/pipeline.py Snapshot)."""
 
@@ -75,10 +30,10 @@ class SnapshotLike(Protocol):
     def instance_rates(self) -> Optional[Mapping[str, float]]: ...
 
     @property
-    def shaping(self) -> Optional[ShapingLike]: ...
+    def shaping(self) -> Optional[ShapingReading]: ...
 
     @property
-    def credits(self) -> Optional[Mapping[str, CreditLike]]: ...
+    def credits(self) -> Optional[Mapping[str, CreditReading]]: ...
 
 
 class ProbeResultLike(Protocol):
@@ -100,16 +55,25 @@ class ProbeResultLike(Protocol):
 
 # (snapshot, direction) -> the value, or None when the sample has none for that direction
 DirectionReader = Callable[[SnapshotLike, str], Optional[float]]
+# (snapshot) -> an instance-wide value of the sample, or None when it has none
+SampleReader = Callable[[SnapshotLike], Optional[float]]
+# (the statuses of the latest check verdicts) -> the value
+ChecksReader = Callable[[Sequence[str]], float]
+# (a peer's latest probe result) -> the value
+PeerReader = Callable[[ProbeResultLike], float]
 
 
 @dataclass(frozen=True)
 class CloudWatchForm:
-    """How a figure is published to CloudWatch. `per` sets the dimensions beyond the instance's and what
-    `read` takes: "direction" (Direction; read(snapshot, direction), in the sampler thread), "sample" (none;
-    read(snapshot), an instance-wide figure of the sample such as the allowances'), "instance"
-    (none; read(statuses of the latest check verdicts)), "peer" (Peer and Direction; read(probe result)),
-    both once per flush in the publisher's thread. `default`: published unless left out; the others need
-    [cloudwatch] include.
+    """How a figure is published to CloudWatch; one of the four kinds below, each with its own typed `read`
+    and its dimensions beyond the instance's (`per`, for the docs and the cost model):
+
+    - PerDirection: Direction; read(snapshot, direction), in the sampler thread;
+    - PerSample: none; read(snapshot), an instance-wide figure of the sample such as the allowances';
+    - PerChecks: none; read(statuses of the latest check verdicts), once per flush in the publisher's thread;
+    - PerPeer: Peer and Direction; read(probe result), once per flush in the publisher's thread.
+
+    `default`: published unless left out; the others need [cloudwatch] include.
 
     Every selected form is published twice over (docs/cloudwatch.md, "Per group, per instance"): per instance
     (InstanceId, ...: the period's full statistic set) under [cloudwatch] per_instance, and to each aggregation
@@ -118,19 +82,45 @@ class CloudWatchForm:
     merges them, so a group's Minimum is its worst instance, its SampleCount the instances reporting, and the
     Sum of a 0/1 figure the instances for which it was 1. `statistic` is how to read both."""
 
+    per: ClassVar[str] = ""
     name: str
     unit: str
     statistic: str
-    per: str
     default: bool
     doc: str
-    read: Callable[..., Optional[float]]
-    rollup: str = ""
 
     @property
     def rollup_statistic(self) -> str:
         """What one instance's period reduces to in a group metric: Minimum, Maximum, Sum or Average."""
-        return self.rollup or self.statistic
+        return getattr(self, "rollup", "") or self.statistic
+
+
+@dataclass(frozen=True)
+class PerDirection(CloudWatchForm):
+    per: ClassVar[str] = "direction"
+    read: DirectionReader
+    rollup: str = ""
+
+
+@dataclass(frozen=True)
+class PerSample(CloudWatchForm):
+    per: ClassVar[str] = "sample"
+    read: SampleReader
+    rollup: str = ""
+
+
+@dataclass(frozen=True)
+class PerChecks(CloudWatchForm):
+    per: ClassVar[str] = "instance"
+    read: ChecksReader
+    rollup: str = ""
+
+
+@dataclass(frozen=True)
+class PerPeer(CloudWatchForm):
+    per: ClassVar[str] = "peer"
+    read: PeerReader
+    rollup: str = ""
 
 
 @dataclass(frozen=True)
@@ -176,7 +166,7 @@ class Figure:
 
 # -- how figures are read from a sample ---------------------------------------------------------------------
 
-def _reading(snap: SnapshotLike, direction: str) -> Optional[CreditLike]:
+def _reading(snap: SnapshotLike, direction: str) -> Optional[CreditReading]:
     return (snap.credits or {}).get(direction)
 
 
@@ -219,7 +209,7 @@ def shaping_increase(snap: SnapshotLike, direction: str) -> Optional[float]:
     return float(snap.shaping.increase[direction])
 
 
-def count_status(status: str) -> Callable[[Sequence[str]], float]:
+def count_status(status: str) -> ChecksReader:
     """How many of the latest check verdicts have this status."""
     return lambda statuses: float(list(statuses).count(status))
 
