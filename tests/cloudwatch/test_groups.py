@@ -101,7 +101,7 @@ def test_a_period_closed_twice_counts_once_in_the_group() -> None:
     first, _ = pol.take(HOUR, period(HOUR))
     late, _ = pol.take(HOUR, period(HOUR))                # a late sample's second statistic set
     assert any("InstanceId" not in dict(d.dims) for d in first)
-    assert all("InstanceId" in dict(d.dims) for d in late)
+    assert late and all("InstanceId" in dict(d.dims) for d in late)
 
 
 # -- per instance: only in the hours an alarm's condition holds ---------------------------------------
@@ -202,7 +202,7 @@ def run_minutes(minutes: list[float], **cfg: Any) -> tuple[CloudWatchPublisher, 
 def test_idle_periods_wait_for_the_steady_flush_and_a_drain_goes_at_once() -> None:
     idle = [3e7] * 20
     pub, client, _ = run_minutes(idle)
-    assert pub.flush_interval == 900 and len(client.calls) <= 2     # one steady flush in 20 minutes, or two
+    assert pub.flush_interval == 900 and 1 <= len(client.calls) <= 2    # one steady flush in 20 minutes, or two
     steady = [t for t, _ in client.calls]
     assert all(abs((t - pub._phase) % 900) < 61 for t in steady)
 

@@ -178,7 +178,9 @@ def test_status_prints_the_credit_bars_from_a_daemon_serving_tls_with_basic_auth
         assert "off EC2  type m5.large" in lines[0], out.stdout
         doc = status("--config", str(cfg), "--json")
         assert doc.returncode == 0
-        assert all(0 < d["remaining_ratio"] <= 1 for d in json.loads(doc.stdout)["directions"].values())
+        directions = json.loads(doc.stdout)["directions"]
+        assert set(directions) == {"in", "out"}, directions
+        assert all(0 < d["remaining_ratio"] <= 1 for d in directions.values())
         # TLS and the password still guard the port
         assert https_get(port, ssl.create_default_context(cafile=str(pki.ca)))[0] == 401
         text = log.read_text()

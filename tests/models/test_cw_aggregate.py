@@ -115,6 +115,7 @@ def test_pack_respects_the_byte_limit_with_big_datums() -> None:
     datums = [datum(i, dims=MAX_DIMENSIONS, value_len=1024) for i in range(40)]
     batches = pack(NS, datums)
     sizes = [request_size(NS, b) for b in batches]
+    assert sum(len(b) for b in batches) == len(datums) and len(sizes) >= 2, sizes   # all sent, bytes bind
     assert all(s <= SAFE_REQUEST_BYTES for s in sizes)
     per = len(batches[0])
     assert per < MAX_DATUMS_PER_REQUEST
