@@ -8,9 +8,10 @@ import sys
 import time
 from typing import Iterator
 
+from agent import aws
 from agent import config as configmod
 from agent.commands.replay_options import ReplayError
-from agent.readers import aws, cloudwatch_history
+from agent.readers import cloudwatch_history
 from agent.readers.trace import TraceRow, parse_timestamp
 
 

@@ -61,7 +61,7 @@ class InstanceLevel:
     another's moves (amzn/amzn-drivers #291: the secondary's value changed only every few hours while most
     traffic ran through it; the primary's moved all the time). A value that just changed is current by
     definition; one that has not may be stale or merely steady, so the freshest wins and a tie keeps the
-    ENI already chosen. docs/allowances.md, "Several ENIs", has the reasoning and its sources."""
+    ENI already chosen. docs/allowances.md, "Several ENIs, one table", has the reasoning and its sources."""
 
     def __init__(self) -> None:
         self._last: dict[str, int] = {}

@@ -126,7 +126,7 @@ class Candidate:
 class SizeFit:
     """The smallest size of a family that would have held the trace: its baseline covers the sustained
     demand (the highest mean over SUSTAINED_WINDOW, either direction) and its default bucket, replayed as a
-    plain token bucket, never empties (docs/replay.md, "Which size")."""
+    plain token bucket, never empties (docs/replay.md, "The summary")."""
 
     candidates: Sequence[Candidate]
     window: float = SUSTAINED_WINDOW

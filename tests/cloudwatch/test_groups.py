@@ -273,7 +273,7 @@ def test_describe_tags_once_per_instance(tmp_path: Path) -> None:
 def test_an_unknown_instance_is_not_cached_as_no_group(moto: str, tmp_path: Path) -> None:
     """moto in server mode, the instance in eu-west-1: us-east-1's DescribeTags answers its id with no tags
     and no error. That is not "no group" (nothing cached); the home Region's answer is, either way."""
-    from agent.readers import aws
+    from agent import aws
 
     ec2_home = aws.client("ec2", "eu-west-1", moto)
     ami = ec2_home.describe_images()["Images"][0]["ImageId"]

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from agent import aws
 from agent.cli import main
-from agent.readers import aws
 
 G = 1e9 / 8
 T0 = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.readers import aws
+from agent import aws
 from agent.readers.autoscaling import CACHE_FILE
 from tests.conftest import ROOT, free_port, wait_port
 from tests.support.daemon_config import daemon_config
