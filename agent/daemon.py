@@ -72,7 +72,10 @@ class Daemon:
     def setup(self) -> Agent:
         self.agent = a = build(self.cfg, self.config_path, self.paths, self.reload_state)
         host, port = split_hostport(self.cfg.metrics.listen)
-        self.server = MetricsServer(host, port, build_registry(a.views), config=self.cfg.metrics, generation=a.latest)
+        # /-/ready names the responder while it is configured but not listening (port taken, or below 1024).
+        self.server = MetricsServer(host, port, build_registry(a.views), config=self.cfg.metrics, generation=a.latest,
+                                    not_listening=lambda: () if a.responder is None or a.responder.stats.listening
+                                    else ("responder",))
         sock = self.cfg.metrics.socket
         if sock:
             # The default's directory is systemd's RuntimeDirectory= (its owner and mode are the access

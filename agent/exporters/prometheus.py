@@ -6,7 +6,7 @@ import gzip
 import logging
 import platform
 import threading
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
@@ -18,7 +18,7 @@ from agent import __version__
 from agent.config import MetricsConfig
 from agent.exporters import View, declared, family
 from agent.exporters.http import HttpServer
-from agent.exporters.http_request import Limits, Request
+from agent.exporters.http_request import Handler, Limits, Request
 from agent.exporters.http_response import Response
 from agent.exporters.webconfig import basic_auth, tls_context
 from agent.models import figures as F
@@ -136,6 +136,22 @@ def landing(req: Request, may_block: bool) -> Response:
     return Response(200, LANDING, (("Content-Type", "text/html; charset=utf-8"),))
 
 
+def readiness(not_listening: Callable[[], Sequence[str]]) -> Callable[[Request, bool], Response]:
+    """/-/ready, the Kubernetes readiness probe's path: 200 while every listener the config asks for listens,
+    503 naming those that do not. A responder whose port is taken or privileged logs an error and the daemon
+    runs on (its listening gauge reads 0): without this, such a pod would still be Ready. /metrics itself
+    needs no entry: this answer comes through it, and a daemon whose /metrics cannot bind exits."""
+    def ready(req: Request, may_block: bool) -> Response:
+        missing = list(not_listening())
+        if missing:
+            return Response(503, f"not ready: not listening: {', '.join(missing)}\n".encode(), _TEXT)
+        return Response(200, b"ready\n", _TEXT)
+    return ready
+
+
+_TEXT = (("Content-Type", "text/plain; charset=utf-8"),)
+
+
 _NOTHING = object()
 
 
@@ -203,10 +219,12 @@ class MetricsServer:
     threads (agent/exporters/http.py)."""
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry, *,
-                 config: Optional[MetricsConfig] = None, generation: Optional[Callable[[], object]] = None) -> None:
+                 config: Optional[MetricsConfig] = None, generation: Optional[Callable[[], object]] = None,
+                 not_listening: Callable[[], Sequence[str]] = tuple) -> None:
         cfg = config if config is not None else MetricsConfig()
         self.exposition = Exposition(registry, generation)
-        self.httpd = HttpServer(host, port, {"/metrics": self.exposition, "/": landing}, limits=_limits(cfg),
+        routes: dict[str, Handler] = {"/metrics": self.exposition, "/": landing, "/-/ready": readiness(not_listening)}
+        self.httpd = HttpServer(host, port, routes, limits=_limits(cfg),
                                 tls=tls_context(cfg), auth=basic_auth(cfg))
         self.port = self.httpd.port
 
