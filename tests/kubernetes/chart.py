@@ -56,7 +56,6 @@ FULL_VALUES: dict[str, Any] = {
               '[probe]\npeers = ["10.0.1.23:25201"]\n',
     "state": {"init": False},
     "priorityClassName": "system-node-critical",
-    "extraCapabilities": ["NET_BIND_SERVICE"],
     "extraEnv": [{"name": "AWS_STS_REGIONAL_ENDPOINTS", "value": "regional"}],
     "podAnnotations": {"example.com/team": "network"},
     "podLabels": {"team": "network"},

@@ -152,13 +152,36 @@ def test_default_pod_needs_no_capability_and_is_read_only() -> None:
     assert {"operator": "Exists"} in pod["tolerations"]
     assert set(agent["resources"]) == {"requests", "limits"}
     assert agent["livenessProbe"]["httpGet"] == {"path": "/", "port": "metrics"}
-    assert agent["readinessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "metrics"}
     assert [p["containerPort"] for p in agent["ports"]] == [9786]
 
 
-def test_capabilities_are_opt_in(tmp_path: Path) -> None:
-    pod = _pod(render({"extraCapabilities": ["NET_RAW"]}, tmp=tmp_path))
-    assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_RAW"]}
+@pytest.mark.parametrize("values, refusal", [
+    # containerd gives the non-root agent no ambient capability: an added one never reached it.
+    ({"extraCapabilities": ["NET_BIND_SERVICE"]}, "extraCapabilities"),
+    ({"responder": {"enabled": True, "port": 520}}, "responder.port"),
+    ({"metrics": {"port": 80}}, "metrics.port"),
+    # The pod holds hostPort metrics.port: a surge pod would wait Pending on its node forever.
+    ({"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}},
+     "updateStrategy.rollingUpdate.maxSurge"),
+    ({"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%"}}},
+     "updateStrategy.rollingUpdate.maxSurge"),
+])
+def test_schema_refuses_what_cannot_work(values: dict, refusal: str, tmp_path: Path) -> None:
+    f = tmp_path / "values.yaml"
+    f.write_text(yaml.safe_dump(values), encoding="utf-8")
+    proc = helm("template", "x", str(CHART), "--values", str(f))
+    assert proc.returncode != 0 and refusal in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("address, host", [("0.0.0.0", None), ("::", None), ("127.0.0.1", "127.0.0.1"),
+                                           ("10.0.1.23", "10.0.1.23"), ("::1", "::1")])
+def test_probes_follow_the_metrics_address(address: str, host: str | None, tmp_path: Path) -> None:
+    """The kubelet probes the pod's IP (the node's, on the host network) unless httpGet.host says otherwise:
+    a /metrics bound to 127.0.0.1 alone would fail every probe and be restarted forever."""
+    (agent,) = _pod(render({"metrics": {"address": address}}, tmp=tmp_path))["containers"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert agent[probe]["httpGet"].get("host") == host and agent[probe]["httpGet"]["port"] == "metrics"
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
