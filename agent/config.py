@@ -151,7 +151,7 @@ class CreditsConfig:
     learn: bool = _opt(True, "correct the bucket size from observed exhaustions")
     trust_configured_bucket: bool = _opt(True, "keep instance.bandwidth.burst_bucket_gbit fixed; false makes it "
                                          "a starting estimate that learning may correct")
-    # The state is also saved whenever the estimate has moved by 1 % of the bucket (agent/credits/feed.py),
+    # The state is also saved whenever the estimate has moved by 1 % of the bucket (agent/sampling/credits.py),
     # so a crash loses at most about that at any time scale; this is the idle heartbeat.
     save_interval: float = _opt(5.0, "longest seconds between state saves; the state is also saved whenever the "
                                 "estimate has moved by 1 % of the bucket since the last save (at most once per "

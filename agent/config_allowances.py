@@ -34,3 +34,8 @@ class AllowancesConfig:
     flows_interval: float = _opt(10.0, "seconds between reads of this host's flows, O(sockets) (lab: 0.5); a "
                                  "conntrack overflow reads them at once", lo=0.1, hi=3600.0)
     learn: bool = _opt(True, "learn the conntrack size and the PPS ceiling (false: count only)")
+    # As [credits] save_interval: a learned size or ceiling is saved at once, so this bounds only what a crash
+    # loses of the largest level seen creeping up; the lab keeps the default.
+    save_interval: float = _opt(5.0, "longest seconds between saves of allowances.json while the state changes "
+                                "without learning; a learned size or ceiling is saved at once (lab: 5)",
+                                lo=0.5, hi=3600.0)

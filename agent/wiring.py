@@ -13,7 +13,6 @@ from agent import config as configmod
 from agent.checks.runner import CheckRunner, subprocess_executor
 from agent.config_checks import split_hostport
 from agent.config_loader import restart_keys_changed
-from agent.credits.feed import CreditTracker
 from agent.discovery import EniWatcher, InstanceInfo, discover, eni_watcher, profile_for
 from agent.exporters.allowances import AllowancesView
 from agent.exporters.checks import CheckView
@@ -26,7 +25,9 @@ from agent.models.credit_model import CreditReading
 from agent.models.profile import BandwidthProfile
 from agent.readers.ethtool import IoctlEthtoolReader
 from agent.readers.imds import Eni
+from agent.sampling import ModelStep
 from agent.sampling.allowances import AllowancesStep
+from agent.sampling.credits import CreditsStep
 from agent.sampling.ethtool import EthtoolStep
 from agent.sampling.netdev import NetdevStep
 from agent.sampling.pipeline import Sampler, Snapshot
@@ -89,7 +90,7 @@ class Agent:
     profile: BandwidthProfile = field(default_factory=BandwidthProfile)
     interfaces: list[str] = field(default_factory=list)
     sampler: Optional[Sampler] = None
-    credits: Optional[CreditTracker] = None
+    credits: Optional[CreditsStep] = None
     ethtool: Optional[EthtoolStep] = None
     allowances: Optional[AllowancesStep] = None
     checks: Optional[CheckRunner] = None
@@ -104,6 +105,11 @@ class Agent:
     sections: dict[str, Callable[[Any], None]] = field(default_factory=dict)
 
     # -- the pieces ------------------------------------------------------------------------------
+    def model_steps(self) -> list[ModelStep]:
+        """The per-sample models' steps: each gets a shutdown save, its section's reload handler and, with
+        [fleet] on, its fleet hand-off, in one loop each."""
+        return [s for s in (self.credits, self.allowances) if s is not None]
+
     def latest(self) -> Optional[Snapshot]:
         return self.sampler.latest if self.sampler is not None else None
 
@@ -164,18 +170,17 @@ def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
             watcher.poll()   # one listdir per sample: ENIs attached or detached while running
         return a.interfaces
 
-    # The sampling pipeline: netdev -> ethtool -> shaping -> credits, in Sampler.step's one order.
+    # The sampling pipeline: netdev -> ethtool -> shaping -> credits -> allowances, in Sampler.step's one order.
     reader = IoctlEthtoolReader()
     a.shutdown_hooks.append(reader.close)
     a.ethtool = EthtoolStep(interfaces, reader, include=cfg.metrics.ethtool_include)
     c = cfg.credits
     shaping = ShapingStep(c.shaping_source, interfaces, c.tc_in_interface, c.tc_out_interface)
-    a.credits = CreditTracker(a.profile, cfg.state_dir, c, paths.procfs)
-    a.shutdown_hooks.append(a.credits.save)
+    a.credits = CreditsStep(a.profile, cfg.state_dir, c, paths.procfs)
     # PPS and conntrack (docs/allowances.md): learned figures kept per instance type in state_dir.
     a.allowances = AllowancesStep(cfg.allowances, cfg.state_dir, a.profile.instance_type,
                                   lambda: a.profile.baseline_bytes_per_second, paths.procfs)
-    a.shutdown_hooks.append(a.allowances.save)
+    a.shutdown_hooks.extend(step.save for step in a.model_steps())
     a.sampler = Sampler(NetdevStep(interfaces, paths.procfs, paths.sysfs), cfg.effective_rate_window,
                         ethtool=a.ethtool, shaping=shaping, credits=a.credits, allowances=a.allowances)
 
@@ -255,10 +260,7 @@ def _reload_handlers(a: Agent) -> dict[str, Callable[[Any], None]]:
         "interfaces": interfaces, "log_level": log_level, "rate_window": rate_window,
         "sample_interval": rate_window, "metrics": metrics, "instance": instance,
     }
-    if a.credits is not None:
-        handlers["credits"] = a.credits.reconfigure
-    if a.allowances is not None:
-        handlers["allowances"] = a.allowances.reconfigure
+    handlers.update((step.section, step.reconfigure) for step in a.model_steps())
     if a.responder is not None:
         from agent.responder.server import resolve_allow
 
@@ -347,19 +349,13 @@ def _fleet(a: Agent) -> None:
     from agent import __version__
     from agent.exporters.fleet import FleetView
     from agent.fleet.service import FleetService
-    from agent.models.fleet import AllowanceConsensus, Consensus, allowance_record, learned_record, publishable
+    from agent.models.fleet import Consensus, allowance_record, learned_record, publishable
 
     ident = a.instance.identity if a.instance is not None else None
     if a.profile.instance_type is None:
         log.warning("[fleet] enabled but the instance type is unknown (no IMDS, no [instance] type): "
                     "nothing to share or adopt")
         return
-
-    def adopt_allowances(found: AllowanceConsensus) -> None:
-        if a.allowances is not None:
-            # A new instance of the type starts with the fleet's PPS ceiling and conntrack size
-            # (docs/allowances.md, "The fleet"); its own learning, restored or new, wins.
-            a.allowances.adopt(found.conntrack_size, found.pps_ceiling)
 
     def adopt(consensus: Optional[Consensus]) -> None:
         bucket = consensus.bucket_bytes if consensus is not None else None
@@ -371,45 +367,46 @@ def _fleet(a: Agent) -> None:
                      consensus.bucket_bytes * 8 / 1e9, consensus.instances)
         a.refresh_profile()
 
+    allowances = a.allowances
+    # A new instance of the type starts with the fleet's PPS ceiling and conntrack size (docs/allowances.md,
+    # "The fleet"); its own learning, restored or new, wins.
     fleet = FleetService(a.cfg.fleet, instance_type=a.profile.instance_type,
                          instance_id=ident.instance_id if ident else None,
                          region=a.cfg.fleet.region or (ident.region if ident else None),
-                         state_dir=a.cfg.state_dir, on_consensus=adopt, on_allowances=adopt_allowances)
+                         state_dir=a.cfg.state_dir, on_consensus=adopt,
+                         on_allowances=(lambda found: allowances.adopt(found.conntrack_size, found.pps_ceiling))
+                         if allowances is not None else None)
+    where = {"instance_type": a.profile.instance_type, "instance_id": ident.instance_id if ident else None,
+             "region": ident.region if ident else None,
+             "availability_zone": ident.availability_zone if ident else None, "agent_version": __version__}
+    others = allowances.learned if allowances is not None else dict
 
-    def learned(directions: dict[str, dict[str, Any]]) -> None:
-        directions = {d: v for d, v in directions.items() if publishable(v["learn_method"])}
+    def buckets() -> None:
+        """The credits step learned a size: one record per direction, the allowance figures riding on it."""
+        assert a.credits is not None
+        directions = {d: v for d, v in a.credits.learned().items() if publishable(v["learn_method"])}
         if not directions:
             return
         p, snap = a.profile, a.latest()
         drivers = [e.driver for e in (snap.ethtool or {}).values() if e.driver is not None] if snap else []
-        others = a.allowances.learned_figures() if a.allowances is not None else {}
-        fleet.publish([learned_record(**others,
-            instance_type=p.instance_type, instance_id=ident.instance_id if ident else None,
-            region=ident.region if ident else None, availability_zone=ident.availability_zone if ident else None,
-            direction=d, bucket_bytes=v["bucket"], method=v["learn_method"], learned_count=v["learned_count"],
-            baseline_bytes_per_second=p.baseline_bytes_per_second, baseline_source=p.baseline_source,
-            peak_bytes_per_second=p.peak_bytes_per_second, peak_source=p.peak_source,
-            driver=drivers[0].driver if drivers else None, driver_version=drivers[0].version if drivers else None,
-            learned_at=time.time(), agent_version=__version__) for d, v in sorted(directions.items())])
+        fleet.publish([learned_record(
+            **where, **others(), direction=d, bucket_bytes=v["bucket"], method=v["learn_method"],
+            learned_count=v["learned_count"], baseline_bytes_per_second=p.baseline_bytes_per_second,
+            baseline_source=p.baseline_source, peak_bytes_per_second=p.peak_bytes_per_second,
+            peak_source=p.peak_source, driver=drivers[0].driver if drivers else None,
+            driver_version=drivers[0].version if drivers else None, learned_at=time.time())
+            for d, v in sorted(directions.items())])
 
-    assert a.credits is not None
-    a.credits.on_learned = learned
-    if a.allowances is not None:
-        # A learned PPS ceiling or conntrack size is published on its own (an allowance line), riding on a
-        # bucket object when one goes out too (docs/allowances.md, "The fleet").
-        allowances = a.allowances
+    def allowance_line() -> None:
+        """The allowances step learned a PPS ceiling or conntrack size: published on its own (an allowance
+        line), as it also rides on the next bucket object (docs/allowances.md, "The fleet")."""
+        figures = others()
+        if any(v is not None for v in figures.values()):
+            fleet.publish_allowances(allowance_record(**where, **figures, learned_at=time.time()))
 
-        def learned_allowances() -> None:
-            figures = allowances.learned_figures()
-            if all(v is None for v in figures.values()):
-                return
-            p = a.profile
-            fleet.publish_allowances(allowance_record(
-                **figures, instance_type=p.instance_type, instance_id=ident.instance_id if ident else None,
-                region=ident.region if ident else None,
-                availability_zone=ident.availability_zone if ident else None,
-                learned_at=time.time(), agent_version=__version__))
-        allowances.on_learned = learned_allowances
+    publishers: dict[str, Callable[[], None]] = {"credits": buckets, "allowances": allowance_line}
+    for step in a.model_steps():
+        step.on_learned = publishers[step.name]
     a.fleet = fleet
     a.services.append(fleet)
     a.views.append(FleetView(fleet.snapshot))

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("agent.readers", "agent.writers"),         # OS, IMDS, AWS: read and parse; state files, spools, uploads
     ("agent.models",),                                                   # pure: figures in, figures out
     ("agent.sampling", "agent.discovery", "agent.iperf3"),               # sampling steps, discovery, protocol
-    ("agent.credits", "agent.checks", "agent.probes", "agent.responder", "agent.cloudwatch", "agent.fleet"),  # services
+    ("agent.checks", "agent.probes", "agent.responder", "agent.cloudwatch", "agent.fleet"),  # services
     ("agent.exporters",),                                                # Prometheus views, status rendering
     ("agent.wiring", "agent.daemon", "agent.commands", "agent.cli", "agent.__main__"),         # entry points
 ]

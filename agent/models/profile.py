@@ -14,7 +14,7 @@ from agent.models.units import bytes_to_gbit, gbit_to_bytes
 GBIT = gbit_to_bytes(1.0)  # bytes in one Gbit (AWS quotes decimal Gbit/s)
 
 # Where a figure came from, most trusted first; exported as a label so every figure can be traced.
-# "learned" is set by the credit model (agent/credits/feed.py), never here.
+# "learned" is set by the credit model (agent/sampling/credits.py), never here.
 SOURCES = ("config", "learned", "fleet", "api", "catalogue", "default", "none")
 
 # AWS publishes no bucket size; the buckets measured on r4 sizes hold about an hour of baseline
@@ -75,7 +75,7 @@ def resolve_profile(instance_type: Optional[str], config_bandwidth: BandwidthCon
     bucket: config > fleet (the median other instances of the type learned, docs/fleet.md) > default
     (DEFAULT_BUCKET_SECONDS of baseline); a size whose baseline equals its peak has no bucket (source
     "none": it never exhausts). The agent's own learned size outranks all but a trusted configured one: the
-    credit model restores it over this profile's bucket (CreditTracker, agent/credits/feed.py)."""
+    credit model restores it over this profile's bucket (CreditsStep, agent/sampling/credits.py)."""
     notes: list[str] = []
 
     def pick(conf: Optional[float], attr: str) -> tuple[Optional[float], str]:

@@ -1,11 +1,12 @@
-"""Sampling steps, one module each (netdev, ethtool, shaping), run in order by pipeline.Sampler; never fatal."""
+"""Sampling steps, one module each (netdev, ethtool, shaping, credits, allowances), run in order by
+pipeline.Sampler; never fatal. The per-sample models' steps (credits, allowances) share ModelStep."""
 
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from agent.readers.errors import NotSupported
 
@@ -17,6 +18,39 @@ class Step(Protocol):
 
     def run(self, *args: Any) -> Any:
         """Read once; raise NotSupported when there is nothing to read here."""
+
+
+class ModelStep(Protocol):
+    """A step that keeps a per-sample model (credits, allowances): what the wiring does for each of them, in
+    one loop (agent/wiring.py), and what a new one provides (docs/architecture.md, "A new per-sample model").
+
+    `section` names its config section, whose new value reconfigure() takes on a reload; save() runs at
+    shutdown (and from keep()); learned() is what it learned for the fleet, and `on_learned` the fleet's
+    hand-off, called by keep() on the sampling thread (it must only queue)."""
+
+    name: str
+    section: str
+    on_learned: Optional[Callable[[], None]]
+
+    def run(self, *args: Any) -> Any: ...
+
+    def save(self) -> None: ...
+
+    def reconfigure(self, section: Any) -> None: ...
+
+    def learned(self) -> Any: ...
+
+
+def keep(step: ModelStep, learned: bool, due: bool) -> None:
+    """After a model step's sample: save when it learned something or a save is `due`, then hand what it
+    learned to `on_learned`, whose fault never stops the sampling."""
+    if learned or due:
+        step.save()
+    if learned and step.on_learned is not None:
+        try:
+            step.on_learned()
+        except Exception:  # a publisher's fault must never stop the sampling
+            log.exception("step=%s: publishing what it learned failed", step.name)
 
 
 @dataclass

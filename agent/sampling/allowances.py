@@ -15,7 +15,6 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol, Union
 
 from agent.config import AllowancesConfig
@@ -27,12 +26,12 @@ from agent.models.pps import PpsCeilingModel, PpsReading, bandwidth_explains, ne
 from agent.models.shaping import ShapingReading
 from agent.readers.errors import NotSupported
 from agent.readers.flows import Flow, ProcFlowSource
+from agent.sampling import keep
 from agent.sampling.ethtool import InterfaceEthtool
-from agent.writers.statefile import JsonStore
+from agent.writers.allowance_store import AllowanceStore
 
 log = logging.getLogger(__name__)
 
-STATE_FORMAT = "burstwatch-allowances/1"
 # Owners exported as burstwatch_conntrack_owner_flows{protocol,direction,port}: a bounded family (at most
 # this many series), the busiest first.
 TOP_OWNERS = 10
@@ -40,9 +39,6 @@ TOP_OWNERS = 10
 # count at a full moment, docs/allowances.md), but at most this often: while the table stays full every
 # sample has drops.
 EXCEEDED_FLOWS_MIN_INTERVAL = 1.0
-# Least seconds between two saves of a state that changed without learning (the largest level seen creeping
-# up); a learned size or ceiling is saved at once.
-SAVE_INTERVAL = 5.0
 
 
 class FlowSource(Protocol):
@@ -69,29 +65,11 @@ class _Inputs:
     available: Union[None, int, Mapping[str, int]]   # the level (per ENI from ENA); None: not reported
 
 
-class AllowanceStore:
-    """state_dir/allowances.json: {"types": {instance type: {"conntrack": ..., "pps": ...}}}. A corrupt file is
-    set aside (writers/statefile.py), as credits.json is."""
-
-    def __init__(self, state_dir: str) -> None:
-        self.store = JsonStore(Path(state_dir) / "allowances.json", STATE_FORMAT)
-
-    def load(self, instance_type: Optional[str]) -> dict[str, Any]:
-        doc = self.store.load() if instance_type else None
-        entry = (doc or {}).get("types", {}).get(instance_type) if doc else None
-        return entry if isinstance(entry, dict) else {}
-
-    def save(self, instance_type: Optional[str], state: dict[str, Any]) -> None:
-        if not instance_type:
-            return
-        doc = self.store.load() or {}
-        types: dict[str, Any] = doc["types"] if isinstance(doc.get("types"), dict) else {}
-        types[instance_type] = state
-        self.store.save({"types": types})
-
-
 class AllowancesStep:
+    """The PPS and conntrack models for the running instance type (a ModelStep)."""
+
     name = "allowances"
+    section = "allowances"
 
     def __init__(self, cfg: AllowancesConfig, state_dir: str, instance_type: Optional[str],
                  baseline: Callable[[], Optional[float]], procfs: str = "/proc",
@@ -122,7 +100,7 @@ class AllowancesStep:
         self._said_unsupported = False
         self.latest: Optional[AllowanceReading] = None
         # Called (no arguments, on the sampling thread) when a size or ceiling was learned: the fleet
-        # publisher queues it beside the learned buckets (docs/fleet.md); it must only queue.
+        # publisher reads learned() and queues it beside the learned buckets (docs/fleet.md); it must only queue.
         self.on_learned: Optional[Callable[[], None]] = None
         self._fleet_pps: Optional[float] = None     # a ceiling adopted from the fleet, until one of our own
 
@@ -141,7 +119,7 @@ class AllowancesStep:
                      self.conntrack.size, self.pps.ceiling)
 
     def save(self) -> None:
-        """Save when anything changed since the last save (at shutdown and from step())."""
+        """Save when anything changed since the last save (at shutdown and from run())."""
         state = self._state()
         if state != self._saved:
             self.store.save(self.instance_type, state)
@@ -149,12 +127,13 @@ class AllowancesStep:
         self._last_save = self.clock()
 
     def reconfigure(self, cfg: AllowancesConfig) -> None:
-        """[allowances] on reload: window, horizon, shares, the flows' interval and learn apply at once."""
+        """[allowances] on reload: window, horizon, shares, the flows' interval, learn and save_interval apply at
+        once; source and nft_table are marked restart-only in the config."""
         self.cfg = cfg
         self.conntrack.set_window(cfg.window)
         self.pps.learn = cfg.learn
 
-    def learned_figures(self) -> dict[str, Optional[float]]:
+    def learned(self) -> dict[str, Optional[float]]:
         """This agent's own learned figures for the fleet (never ones it adopted from the fleet)."""
         own_pps = self.pps.source in ("learned", "restored") and self.pps.learned_count > 0
         return {"pps_ceiling_packets_per_second": self.pps.ceiling if own_pps else None,
@@ -251,13 +230,9 @@ class AllowancesStep:
                                           headroom_ratio=pps.pps / self.pps.ceiling if self.pps.ceiling else None)
         learned = (self.conntrack.learned_count, self.pps.learned_count) != (
             self._saved["conntrack"].get("learned_count"), self._saved["pps"].get("learned_count"))
-        if learned or self.clock() - self._last_save >= SAVE_INTERVAL:
-            self.save()
-        if learned and self.on_learned is not None:
-            try:
-                self.on_learned()
-            except Exception:  # a publisher's fault must never stop the sampling
-                log.exception("publishing the learned allowances failed")
+        # A learned size or ceiling is saved at once; a state that changed without learning (the largest level
+        # seen creeping up) at most every save_interval.
+        keep(self, learned, self.clock() - self._last_save >= self.cfg.save_interval)
         reading = AllowanceReading(
             self.cfg.source, conntrack, pps,
             conntrack is not None and running_out(conntrack, self.cfg.horizon, self.cfg.running_out_share),

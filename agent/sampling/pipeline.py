@@ -5,16 +5,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional
 
 from agent.models.conntrack import ConntrackReading
-from agent.models.counters import CounterTracker, InterfaceDelta
+from agent.models.counters import CounterTracker
 from agent.models.credit_model import CreditReading
 from agent.models.pps import PpsReading
 from agent.models.shaping import ShapingReading
 from agent.readers.netdev import NetDevCounters
 from agent.sampling import StepStatus, run_step
 from agent.sampling.allowances import AllowanceReading, AllowancesStep
+from agent.sampling.credits import CreditsStep
 from agent.sampling.ethtool import EthtoolStep, InterfaceEthtool
 from agent.sampling.netdev import NetdevStep
 from agent.sampling.shaping import ShapingStep
@@ -47,20 +48,13 @@ class Snapshot:
     allowances: Optional[AllowanceReading] = None
 
 
-class CreditStep(Protocol):
-    """The credit service's per-sample entry point (agent.credits.feed.CreditTracker)."""
-
-    def step(self, now: float, deltas: dict[str, InterfaceDelta], tracker: CounterTracker,
-             shaping: Optional[ShapingReading]) -> Optional[dict[str, CreditReading]]: ...
-
-
 class Sampler:
     """Runs the steps in their one order, each fed the readings of the steps before it. A step's failure
     is recorded in its step status and leaves its reading None; it never fails the sample."""
 
     def __init__(self, netdev: NetdevStep, rate_window: float,
                  ethtool: Optional[EthtoolStep] = None, shaping: Optional[ShapingStep] = None,
-                 credits: Optional[CreditStep] = None, allowances: Optional[AllowancesStep] = None,
+                 credits: Optional[CreditsStep] = None, allowances: Optional[AllowancesStep] = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self.netdev = netdev
         self.ethtool = ethtool
@@ -91,10 +85,7 @@ class Sampler:
         # 4. credits: the bucket model, fed this sample's bytes and shaping increase.
         credits = None
         if self.credits is not None:
-            try:
-                credits = self.credits.step(now, deltas, self.tracker, shaping)
-            except Exception:
-                log.exception("credit step failed")
+            credits = run_step(self.credits, self.status, now, deltas, self.tracker, shaping)
         # 5. allowances: PPS, conntrack and link-local counters (step 2, or the nft lab) into their models.
         allowances = None
         if self.allowances is not None:

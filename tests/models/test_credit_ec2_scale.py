@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from agent.config import CreditsConfig
-from agent.credits.feed import CreditTracker
-from agent.credits.persistence import STATE_BUDGET_BYTES
 from agent.models.counters import CounterTracker
 from agent.models.profile import BandwidthProfile
 from agent.readers.netdev import NetDevCounters
+from agent.sampling.credits import CreditsStep
+from agent.writers.credit_store import STATE_BUDGET_BYTES
 from tests.support import credit_ec2 as ce
 
 LARGE, XLARGE = ce.SIZES                               # r4.large, r4.2xlarge
@@ -88,11 +88,11 @@ def test_after_a_sigkill_the_trend_is_right_from_the_first_sample() -> None:
     assert not before.restart_first_ok and before.restart_hit is not None and before.restart_hit < ce.HIT_TARGET
 
 
-def _tracker(tmp_path: Path, now: list[float]) -> CreditTracker:
+def _tracker(tmp_path: Path, now: list[float]) -> CreditsStep:
     (tmp_path / "proc/sys/kernel/random").mkdir(parents=True, exist_ok=True)
     (tmp_path / "proc/sys/kernel/random/boot_id").write_text("boot-1\n")
     profile = BandwidthProfile("r4.large", LARGE.baseline, LARGE.peak, LARGE.bucket, "config", "config", "config")
-    return CreditTracker(profile, str(tmp_path / "state"), CreditsConfig(), procfs=str(tmp_path / "proc"),
+    return CreditsStep(profile, str(tmp_path / "state"), CreditsConfig(), procfs=str(tmp_path / "proc"),
                          clock=lambda: now[0], sample_clock=lambda: now[0])
 
 
@@ -103,9 +103,9 @@ def test_the_state_file_keeps_the_trend_within_its_budget(tmp_path: Path) -> Non
     ct, counters = _tracker(tmp_path, now), CounterTracker(1.0)
     rx = tx = 10**9
 
-    def sample(tracker: CreditTracker, meter: CounterTracker) -> dict:
+    def sample(tracker: CreditsStep, meter: CounterTracker) -> dict:
         deltas = meter.update(now[0], {"eth0": (2, NetDevCounters(rx, 0, 0, 0, tx, 0, 0, 0))})
-        return tracker.step(now[0], deltas, meter, None) or {}
+        return tracker.run(now[0], deltas, meter, None) or {}
 
     demand = ce.on_off(LARGE.peak, 20.0, 40.0)           # both directions drain: out at 1/3 x peak, in at 1/4
     for k in range(3600):

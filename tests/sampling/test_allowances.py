@@ -171,7 +171,7 @@ def test_fleet_figures_are_adopted_only_where_nothing_was_learned_and_never_repu
     s = step(tmp_path)
     s.adopt(90_000.0, 150_000.0)
     assert (s.conntrack.size, s.pps.ceiling, s.pps.source) == (90_000.0, 150_000.0, "fleet")
-    assert s.learned_figures() == {"pps_ceiling_packets_per_second": None, "conntrack_size_entries": None}
+    assert s.learned() == {"pps_ceiling_packets_per_second": None, "conntrack_size_entries": None}
     published: list[int] = []
     s.on_learned = lambda: published.append(1)
     for i in range(5):                                  # its own episode: learned, and published once
@@ -179,11 +179,11 @@ def test_fleet_figures_are_adopted_only_where_nothing_was_learned_and_never_repu
     assert published == [1] and s.pps.source == "learned"
     # its own measurement replaces the fleet's figure, and only that is published
     assert s.latest is not None and s.latest.pps is not None and s.latest.pps.ceiling == pytest.approx(2000.0)
-    assert s.learned_figures()["pps_ceiling_packets_per_second"] == pytest.approx(2000.0)
+    assert s.learned()["pps_ceiling_packets_per_second"] == pytest.approx(2000.0)
     own = step(tmp_path / "own")
     own.conntrack.restore({"learned": 1000.0, "learned_count": 1})
     own.adopt(90_000.0, None)
-    assert own.conntrack.size == 1000.0 and own.learned_figures()["conntrack_size_entries"] == 1000.0
+    assert own.conntrack.size == 1000.0 and own.learned()["conntrack_size_entries"] == 1000.0
 
 
 def test_a_restored_figure_wins_over_the_fleets_and_a_withdrawn_fleet_figure_stays(tmp_path: Path) -> None:

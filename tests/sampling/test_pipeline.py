@@ -48,12 +48,17 @@ class Stats:
 
 
 class RecordingCredits:
+    name = "credits"
+
     def __init__(self) -> None:
         self.seen: list[Optional[ShapingReading]] = []
+        self.fail = False
 
-    def step(self, now: float, deltas: dict[str, InterfaceDelta], tracker: CounterTracker,
-             shaping: Optional[ShapingReading]) -> Optional[dict[str, CreditReading]]:
+    def run(self, now: float, deltas: dict[str, InterfaceDelta], tracker: CounterTracker,
+            shaping: Optional[ShapingReading]) -> Optional[dict[str, CreditReading]]:
         self.seen.append(shaping)
+        if self.fail:
+            raise RuntimeError("the model tripped")
         return None
 
 
@@ -62,7 +67,7 @@ def _sampler(tmp_path: Path, ifs: list[str]) -> tuple[Sampler, Proc, Stats, Reco
     clock = iter(float(i) for i in range(1000))
     sampler = Sampler(NetdevStep(lambda: ifs, str(tmp_path / "proc"), str(tmp_path)), 1.0,
                       ethtool=EthtoolStep(lambda: ifs, stats, clock=lambda: 0.0),  # type: ignore[arg-type]
-                      shaping=ShapingStep("auto", lambda: ifs), credits=credits,
+                      shaping=ShapingStep("auto", lambda: ifs), credits=credits,  # type: ignore[arg-type]
                       clock=lambda: next(clock))
     return sampler, proc, stats, credits
 
@@ -142,3 +147,16 @@ def test_a_failed_shaping_read_keeps_the_total_and_rebaselines(tmp_path: Path) -
     _set(stats, "eth0", 20, 0)
     snap = sampler.step()
     assert snap.shaping is not None and snap.shaping.increase == {}            # a new baseline, not +20
+
+
+def test_the_credits_step_reports_its_collector_success_and_never_fails_the_sample(tmp_path: Path) -> None:
+    """Credits runs under run_step as every step does: burstwatch_collector_success{collector="credits"}."""
+    sampler, proc, _stats, credits = _sampler(tmp_path, ["eth0"])
+    proc.rx["eth0"] = 100
+    proc.write()
+    snap = sampler.step()
+    assert snap.steps["credits"].success and snap.steps["credits"].supported
+    credits.fail = True
+    snap = sampler.step()
+    assert not snap.steps["credits"].success and snap.credits is None
+    assert snap.steps["netdev"].success                    # the sample itself went on

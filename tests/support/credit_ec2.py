@@ -174,7 +174,7 @@ class World:
 
 @dataclasses.dataclass
 class Saver:
-    """The daemon's save rule (agent/credits/feed.py): on 1 % of the bucket of movement, else every 5 s."""
+    """The daemon's save rule (agent/sampling/credits.py): on 1 % of the bucket of movement, else every 5 s."""
 
     world: World
     saved: Optional[dict] = None

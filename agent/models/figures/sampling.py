@@ -43,7 +43,8 @@ COLLECTOR_SUCCESS = Figure(
     "burstwatch_collector_success", "gauge", "sampling",
     "1 when the collector's last run succeeded.",
     labels=("collector",),
-    doc="1 when the collector's last run succeeded (`netdev`, `shaping`, `ethtool`, …)")
+    doc="1 when the collector's last run succeeded: one per sampling step (`netdev`, `ethtool`, `shaping`, "
+        "`credits`, `allowances`)")
 COLLECTOR_DURATION_SECONDS = Figure(
     "burstwatch_collector_duration_seconds", "gauge", "sampling",
     "Duration of the collector's last run.",

@@ -1,7 +1,7 @@
-"""Which bucket the credit service starts from: config > own learned > fleet > default (docs/fleet.md).
+"""Which bucket the credits step starts from: config > own learned > fleet > default (docs/fleet.md).
 
 The profile (agent/models/profile.py) ranks config, fleet and default; the agent's own learned size is kept
-per instance type in state_dir and restored by the credit service over the profile's bucket, unless a
+per instance type in state_dir and restored by the credits step over the profile's bucket, unless a
 configured bucket is trusted or learning is off.
 """
 
@@ -14,22 +14,22 @@ from typing import Optional
 import pytest
 
 from agent.config import CreditsConfig
-from agent.credits.feed import CreditTracker
-from agent.credits.persistence import CreditStore
 from agent.models.counters import CounterTracker
 from agent.models.profile import BandwidthProfile
+from agent.sampling.credits import CreditsStep
+from agent.writers.credit_store import CreditStore
 
 BASE, PEAK = 100e6 / 8, 300e6 / 8
 PRIOR, LEARNED = 150e6, 90e6            # the profile's bucket, and the size learned earlier on this type
 TYPE = "lab.shaper"
 
 
-def tracker(tmp_path: Path, source: str, learned: bool, cfg: CreditsConfig) -> CreditTracker:
+def tracker(tmp_path: Path, source: str, learned: bool, cfg: CreditsConfig) -> CreditsStep:
     if learned:
         CreditStore(str(tmp_path), procfs=str(tmp_path)).save_learned(
             TYPE, {d: {"bucket": LEARNED, "learned_count": 2, "learn_method": "exhaustion"} for d in ("in", "out")})
     profile = BandwidthProfile(TYPE, BASE, PEAK, PRIOR, "config", "config", source)
-    return CreditTracker(profile, str(tmp_path), cfg, procfs=str(tmp_path))
+    return CreditsStep(profile, str(tmp_path), cfg, procfs=str(tmp_path))
 
 
 # (profile's bucket source, a learned size stored, [credits] keys) -> (bucket, source, learned_count)
@@ -67,9 +67,9 @@ def test_a_state_file_from_before_the_state_machine_loads(tmp_path: Path) -> Non
                     "bucket_source": "learned"},
             "in": {"deficit": 0.0, "bucket": PRIOR, "learned_count": 0, "learn_method": "none",
                    "bucket_source": "default"}}}))
-    ct = CreditTracker(BandwidthProfile(TYPE, BASE, PEAK, PRIOR, "config", "config", "default"), str(tmp_path),
+    ct = CreditsStep(BandwidthProfile(TYPE, BASE, PEAK, PRIOR, "config", "config", "default"), str(tmp_path),
                        procfs=str(tmp_path), clock=lambda: 500.0)
-    assert ct.store.restore(ct.estimator, TYPE, True, {}, CounterTracker(0.6), PEAK) == "restored"
+    assert ct.restore({}, CounterTracker(0.6)) == "restored"
     state = ct.estimator.to_state()
     assert all(state[d].pop("trend") == {} for d in state)     # none saved: the trend starts afresh
     assert state == {

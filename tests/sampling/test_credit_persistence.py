@@ -1,4 +1,4 @@
-"""The credit service's persistence: saved on movement (1 % of the bucket) at most once per sample, with
+"""The credits step's persistence: saved on movement (1 % of the bucket) at most once per sample, with
 save_interval as the idle heartbeat; a crash mid-drain restarts within about that; the gap is conservative."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Optional
 import pytest
 
 from agent.config import CreditsConfig
-from agent.credits.feed import CreditTracker
 from agent.models.counters import CounterTracker
 from agent.models.credit_model import SAVE_MOVEMENT_FRACTION
 from agent.models.profile import BandwidthProfile
 from agent.readers.netdev import NetDevCounters
+from agent.sampling.credits import CreditsStep
 
 BASE, PEAK, BUCKET = 100e6 / 8, 300e6 / 8, 150e6     # the lab's profile (tests/support/credit_lab.py)
 DT = 0.2                                              # the lab's sample interval
@@ -39,8 +39,8 @@ class Host:
     def clock(self) -> float:
         return self.t
 
-    def agent(self) -> tuple[CreditTracker, CounterTracker]:
-        ct = CreditTracker(profile(), str(self.tmp / "state"), self.cfg, procfs=str(self.tmp / "proc"),
+    def agent(self) -> tuple[CreditsStep, CounterTracker]:
+        ct = CreditsStep(profile(), str(self.tmp / "state"), self.cfg, procfs=str(self.tmp / "proc"),
                            clock=self.clock, sample_clock=self.clock)
         real_save = ct.store.save
 
@@ -51,7 +51,7 @@ class Host:
         ct.store.save = counting_save  # type: ignore[method-assign]
         return ct, CounterTracker(0.6)
 
-    def sample(self, agent: tuple[CreditTracker, CounterTracker], rate: float = 0.0,
+    def sample(self, agent: tuple[CreditsStep, CounterTracker], rate: float = 0.0,
                slow: float = 0.0) -> Optional[float]:
         """Move `rate` bytes/s out for one sample interval, then let the agent sample (its credit stage
         running `slow` s after the counters were read, the traffic going on); its `out` remaining."""
@@ -62,7 +62,7 @@ class Host:
         deltas = counters.update(now, {"eth0": (2, NetDevCounters(0, 0, 0, 0, self.tx, 0, 0, 0))})
         self.t += slow
         self.tx += int(rate * slow)
-        r = ct.step(now, deltas, counters, None)
+        r = ct.run(now, deltas, counters, None)
         return r["out"].remaining_bytes if r else None
 
     def down(self, seconds: float, rate: float = 0.0) -> None:
