@@ -27,7 +27,7 @@ from agent.config_checks import (
     check_tls_version,
     check_url,
 )
-from agent.config_loader import ConfigError, build, describe_fields, read_toml
+from agent.config_loader import ConfigError, build, describe_fields, read_toml, reload_decisions
 
 DEFAULT_CONFIG_PATH = "/etc/burstwatch/burstwatch.toml"
 DEFAULT_STATE_DIR = "/var/lib/burstwatch"
@@ -45,7 +45,8 @@ DEFAULT_METRICS_SOCKET = "/run/burstwatch/metrics.sock"   # in the unit's Runtim
 def _opt(default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
          check: Validator | None = None, factory: Callable[[], Any] | None = None, restart: bool = False) -> Any:
     """A config key: default, one-line doc for docs/configuration.md, range and custom check. `restart`:
-    a new value on SIGHUP waits for the next restart (on a section: every key in it)."""
+    a new value on SIGHUP waits for the next restart (on a section: every key in it); without it a reload
+    applies the key (the one place that decides: agent/config_loader.py, "reloads")."""
     meta = {"doc": doc, "lo": lo, "hi": hi, "check": check, "restart": restart}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
@@ -123,10 +124,11 @@ class BandwidthConfig:
 @dataclass(frozen=True)
 class InstanceConfig:
     type: Optional[str] = _opt(None, "instance type, e.g. m5.large (overrides IMDS)")
+    # Both are used once, by discovery at start (and the endpoint by the CloudWatch publisher built then).
     describe_api: bool = _opt(True, "refresh this type's bandwidth with ec2:DescribeInstanceTypes when allowed "
-                              "(cached a week under state_dir)")
+                              "(cached a week under state_dir)", restart=True)
     ec2_endpoint_url: Optional[str] = _opt(None, "EC2 API endpoint (default: AWS; a VPC endpoint or a test server)",
-                                           check=check_url)
+                                           check=check_url, restart=True)
     bandwidth: BandwidthConfig = _opt(None, "per-direction bandwidth overrides", factory=BandwidthConfig)
 
 
@@ -219,7 +221,7 @@ def _bytes_or_auto(value: Union[int, str]) -> Optional[str]:
 class ResponderConfig:
     enabled: bool = _opt(True, "run the iperf3-compatible probe server inside the daemon")
     listen: str = _opt(f"0.0.0.0:{DEFAULT_RESPONDER_PORT}", "host:port of the responder",
-                       check=check_hostport)
+                       check=check_hostport, restart=True)
     allow: Optional[list[str]] = _opt(None, "CIDRs allowed to run tests (default: the VPC's CIDRs "
                                       "from IMDS, else loopback only); an IPv6 entry with a scope id "
                                       "(fe80::%eth0/64) matches only peers on that interface", check=check_cidrs)
@@ -412,7 +414,12 @@ def load(path: str | Path | None) -> Config:
     return parse(text, str(p))
 
 
-def describe_keys(cls: type = Config, prefix: str = "", restart: bool = False) -> list[tuple[str, str, Any, str]]:
+def describe_keys(cls: type = Config, prefix: str = "") -> list[tuple[str, str, Any, str]]:
     """(key, type description, default, doc) for every key, in declaration order; docs are tested
     against this list so docs/configuration.md cannot drift from the code."""
-    return describe_fields(cls, prefix, restart)
+    return describe_fields(cls, prefix)
+
+
+def reload_keys() -> dict[str, bool]:
+    """Every key -> True when a change waits for a restart, False when SIGHUP applies it."""
+    return reload_decisions(Config)

@@ -144,32 +144,66 @@ def read_toml(text: str, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: not valid TOML: arrays or inline tables nested too deeply") from None
 
 
-def describe_fields(cls: type, prefix: str = "", restart: bool = False) -> list[tuple[str, str, Any, str]]:
+def describe_fields(cls: type, prefix: str = "") -> list[tuple[str, str, Any, str]]:
     """(key, type description, default, doc) for every key of the dataclass `cls`, in declaration order."""
     out: list[tuple[str, str, Any, str]] = []
     hints = get_type_hints(cls)
     instance = cls()
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
-        needs_restart = restart or bool(f.metadata.get("restart"))
         if dataclasses.is_dataclass(tp):
-            out.extend(describe_fields(tp, f"{prefix}{f.name}.", needs_restart))  # type: ignore[arg-type]
+            out.extend(describe_fields(tp, f"{prefix}{f.name}."))  # type: ignore[arg-type]
         else:
-            doc = f.metadata["doc"] + (" (a change waits for a restart)" if needs_restart else "")
-            out.append((f"{prefix}{f.name}", describe_type(tp), getattr(instance, f.name), doc))
+            out.append((f"{prefix}{f.name}", describe_type(tp), getattr(instance, f.name), f.metadata["doc"]))
     return out
 
 
-def restart_keys_changed(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """The keys (or whole sections) marked `restart` whose value differs between two configs: what a
-    SIGHUP cannot apply, so the daemon says so."""
+# -- reloads: the one place that decides, per key, whether SIGHUP applies it or it waits for a restart --------
+# A key (or a whole section) declared with `restart=True` keeps its running value until the next start; every
+# other key is applied live by its section's handler (agent/wiring.py). docs/configuration.md's "on SIGHUP"
+# column is generated from reload_decisions(), and tests/test_reload_keys.py changes every key one at a time
+# against a running agent and holds each to its decision.
+
+def reload_decisions(cls: type, prefix: str = "", restart: bool = False) -> dict[str, bool]:
+    """Every key of `cls` (sections flattened, in declaration order) -> True when a change waits for a restart
+    (the key or a section around it is marked `restart`), False when a reload applies it."""
+    out: dict[str, bool] = {}
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        waits = restart or bool(f.metadata.get("restart"))
+        if dataclasses.is_dataclass(hints[f.name]):
+            out.update(reload_decisions(hints[f.name], f"{prefix}{f.name}.", waits))
+        else:
+            out[prefix + f.name] = waits
+    return out
+
+
+def restart_keys_changed(running: Any, new: Any, prefix: str = "", restart: bool = False) -> list[str]:
+    """The keys that wait for a restart whose value in `new` differs from the running one: what a SIGHUP
+    cannot apply, named one by one (a section marked `restart` names each of its keys that changed)."""
     out: list[str] = []
-    for f in dataclasses.fields(old):
-        a, b = getattr(old, f.name), getattr(new, f.name)
+    for f in dataclasses.fields(running):
+        a, b = getattr(running, f.name), getattr(new, f.name)
+        if a == b:
+            continue
+        waits = restart or bool(f.metadata.get("restart"))
+        if dataclasses.is_dataclass(a):
+            out.extend(restart_keys_changed(a, b, f"{prefix}{f.name}.", waits))
+        elif waits:
+            out.append(prefix + f.name)
+    return out
+
+
+def keep_restart_keys(running: Any, new: Any) -> Any:
+    """`new` with every key that waits for a restart at its value in `running`: the config that runs after
+    a reload, which each section's handler is given."""
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(running):
+        a, b = getattr(running, f.name), getattr(new, f.name)
         if a == b:
             continue
         if f.metadata.get("restart"):
-            out.append(prefix + f.name)
+            changes[f.name] = a
         elif dataclasses.is_dataclass(a):
-            out.extend(restart_keys_changed(a, b, f"{prefix}{f.name}."))
-    return out
+            changes[f.name] = keep_restart_keys(a, b)
+    return dataclasses.replace(new, **changes) if changes else new

@@ -62,10 +62,18 @@ class Daemon:
         self.reload_state.successful = 1.0
         self.reload_state.success_time = time.time()
         self.reload_state.reloads["success"] += 1
-        self.cfg = new
+        pending: list[str] = []
         if self.agent is not None:
-            self.agent.apply(new)
-        log.info("config reloaded from %s", self.config_path or configmod.DEFAULT_CONFIG_PATH)
+            pending = self.agent.apply(new)
+            new = self.agent.cfg          # what runs: keys that wait for a restart keep their running values
+        self.cfg = new
+        self.reload_state.restart_pending = pending
+        where = self.config_path or configmod.DEFAULT_CONFIG_PATH
+        if pending:
+            log.warning("config reloaded from %s; %d key(s) wait for a restart: %s", where, len(pending),
+                        ", ".join(pending))
+        else:
+            log.info("config reloaded from %s", where)
         return True
 
     # -- the loop --------------------------------------------------------------------------------

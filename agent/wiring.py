@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 from agent import config as configmod
 from agent.checks.runner import CheckRunner, subprocess_executor
 from agent.config_checks import split_hostport
-from agent.config_loader import restart_keys_changed
+from agent.config_loader import keep_restart_keys, restart_keys_changed
 from agent.discovery import EniWatcher, InstanceInfo, discover, eni_watcher, profile_for
 from agent.exporters.allowances import AllowancesView
 from agent.exporters.checks import CheckView
@@ -20,6 +20,7 @@ from agent.exporters.credit_view import CreditView
 from agent.exporters.ena import EnaView
 from agent.exporters.instance import InstanceView
 from agent.exporters.prometheus import BuildInfoView, ReloadState, SamplerView
+from agent.exporters.responder import ResponderView
 from agent.exporters.state import StateView
 from agent.models.credit_model import CreditReading
 from agent.models.profile import BandwidthProfile
@@ -44,6 +45,10 @@ if TYPE_CHECKING:
     from agent.responder.server import Responder
 
 log = logging.getLogger(__name__)
+
+# Seconds a reload that turns the responder off gives its test in progress (aborted) and its threads to end;
+# the listening socket is closed within this (docs/configuration.md, "Configuration reference").
+RESPONDER_STOP_TIMEOUT = 2.0
 
 
 class Service(Protocol):
@@ -81,8 +86,10 @@ def resolve_interfaces(cfg: configmod.Config, discovered: Callable[[], list[str]
 class Agent:
     """Everything `burstwatch run` runs, built once by build(); the daemon owns the loop around it.
 
-    `sections` maps a config key (a section or a top-level key) to what applies its new value on a
-    reload; a changed key with no entry there, or marked `restart` in agent/config.py, waits for a restart."""
+    `sections` maps a config key (a section or a top-level key) to what applies its new value on a reload
+    (returning the keys it could not apply, if any). Which keys a reload applies at all is decided in one
+    place, the `restart` marks of agent/config.py (config_loader.reload_decisions); `started` is the config
+    the process started with, against which keys waiting for a restart are named in `restart_pending`."""
 
     cfg: configmod.Config
     paths: Paths
@@ -102,7 +109,10 @@ class Agent:
     services: list[Service] = field(default_factory=list)
     views: list[Any] = field(default_factory=list)
     shutdown_hooks: list[Callable[[], None]] = field(default_factory=list)
-    sections: dict[str, Callable[[Any], None]] = field(default_factory=dict)
+    sections: dict[str, Callable[[Any], Optional[list[str]]]] = field(default_factory=dict)
+    started: Optional[configmod.Config] = None
+    restart_pending: list[str] = field(default_factory=list)
+    responder_on: bool = False
 
     # -- the pieces ------------------------------------------------------------------------------
     def model_steps(self) -> list[ModelStep]:
@@ -146,20 +156,34 @@ class Agent:
         self.credits.set_profile(self.profile)
 
     # -- reload ----------------------------------------------------------------------------------
-    def apply(self, new: configmod.Config) -> None:
-        """Apply a reloaded config: each changed key goes to its handler; restart-only keys are named."""
-        old, self.cfg = self.cfg, new
-        for key in restart_keys_changed(old, new):
-            log.warning("%s changed; it takes effect at the next restart", key)
+    def apply(self, new: configmod.Config) -> list[str]:
+        """Apply a reloaded config: each changed section goes to its handler, keys that wait for a restart at
+        their running values. Returns the keys that wait (against `started`: one set back no longer does)."""
+        started = self.started or self.cfg
+        pending = restart_keys_changed(started, new)
+        old, self.cfg = self.cfg, keep_restart_keys(started, new)
+        changed = restart_keys_changed(old, self.cfg, restart=True)     # every key that changes now
         for key in (f.name for f in dataclasses.fields(configmod.Config)):
-            if getattr(old, key) != getattr(new, key) and key in self.sections:
-                self.sections[key](getattr(new, key))
+            value, handler = getattr(self.cfg, key), self.sections.get(key)
+            if getattr(old, key) != value and handler is None:
+                # A key the schema says applies live, and nothing here to apply it: say so, never "applied".
+                keys = [k for k in changed if k == key or k.startswith(key + ".")]
+                log.error("%s changed but nothing applies it while running; it takes effect at the next "
+                          "restart", ", ".join(keys))
+                pending.extend(keys)
+            elif getattr(old, key) != value and handler is not None:
+                pending.extend(handler(value) or [])
+        pending = list(dict.fromkeys(pending))      # a section's handler may name a key the marks did too
+        for key in pending:
+            log.warning("%s changed; it takes effect at the next restart", key)
+        self.restart_pending = pending
+        return pending
 
 
 def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
           reload_state: Optional[ReloadState] = None) -> Agent:
     """Discover the instance and build the sampling pipeline, the services and their views."""
-    a = Agent(cfg, paths)
+    a = Agent(cfg, paths, started=cfg)
     a.instance = discover(cfg, sysfs=paths.sysfs, isolate_api=True)
     a.profile = a.instance.profile
     a.interfaces = resolve_interfaces(cfg, a.discovered_interfaces)
@@ -188,6 +212,9 @@ def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
     a.services.append(a.checks)
     if cfg.responder.enabled:
         _responder(a)
+    # One view whether or not the responder runs now: a reload may turn it on or off (it renders nothing
+    # while there has been no responder).
+    a.views.append(ResponderView(lambda: a.responder.stats.snapshot() if a.responder is not None else None))
     if cfg.probe.peers or cfg.probe.discover_tag or cfg.probe.registry:
         _probes(a)
     credits = a.credits
@@ -236,7 +263,7 @@ def _spool_stats(a: Agent) -> list[SpoolStats]:
     return [s.snapshot() for s in spools if s is not None]
 
 
-def _reload_handlers(a: Agent) -> dict[str, Callable[[Any], None]]:
+def _reload_handlers(a: Agent) -> dict[str, Callable[[Any], Optional[list[str]]]]:
     def interfaces(_value: Any) -> None:
         a.interfaces = resolve_interfaces(a.cfg, a.discovered_interfaces)
 
@@ -244,29 +271,32 @@ def _reload_handlers(a: Agent) -> dict[str, Callable[[Any], None]]:
         logging.getLogger().setLevel(value.upper())
 
     def rate_window(_value: Any) -> None:
-        assert a.sampler is not None
-        a.sampler.tracker.rate_window = a.cfg.effective_rate_window
+        a.sampler.tracker.rate_window = a.cfg.effective_rate_window   # type: ignore[union-attr]
 
     def metrics(section: configmod.MetricsConfig) -> None:
         assert a.ethtool is not None
         a.ethtool.include = frozenset(section.ethtool_include)
 
-    def instance(_section: configmod.InstanceConfig) -> None:
-        if a.instance is None or a.credits is None:
-            return
-        a.refresh_profile()
+    def responder(section: configmod.ResponderConfig) -> None:
+        """[responder] enabled applies both ways: it is the one network-facing server."""
+        if section.enabled and not a.responder_on:
+            _responder(a, start=True)
+        elif not section.enabled and a.responder_on:
+            assert a.responder is not None
+            a.responder.stop(RESPONDER_STOP_TIMEOUT)
+            a.responder_on = False
+            log.info("responder stopped: [responder] enabled = false")
+        elif a.responder is not None and a.responder_on:
+            from agent.responder.server import resolve_allow
 
-    handlers: dict[str, Callable[[Any], None]] = {
+            a.responder.reconfigure(section, resolve_allow(section.allow, a.vpc_cidrs))
+
+    handlers: dict[str, Callable[[Any], Optional[list[str]]]] = {
         "interfaces": interfaces, "log_level": log_level, "rate_window": rate_window,
-        "sample_interval": rate_window, "metrics": metrics, "instance": instance,
+        "sample_interval": rate_window, "metrics": metrics,
+        "instance": lambda _section: a.refresh_profile(), "responder": responder,
     }
     handlers.update((step.section, step.reconfigure) for step in a.model_steps())
-    if a.responder is not None:
-        from agent.responder.server import resolve_allow
-
-        responder = a.responder
-        handlers["responder"] = lambda section: responder.reconfigure(section, resolve_allow(section.allow,
-                                                                                            a.vpc_cidrs))
     if a.probes is not None:
         probes = a.probes
 
@@ -275,24 +305,33 @@ def _reload_handlers(a: Agent) -> dict[str, Callable[[Any], None]]:
 
         handlers["probe"] = probe
     else:
-        def probe_later(p: configmod.ProbeConfig) -> None:
-            if p.peers or p.discover_tag:
-                log.warning("[probe] now names peers; probing starts at the next restart")
+        def probe_later(p: configmod.ProbeConfig) -> list[str]:
+            """No probe service runs (none was configured at start): the section's changes wait for it."""
+            started = a.started.probe if a.started is not None else configmod.ProbeConfig()
+            return restart_keys_changed(started, p, "probe.", True)
 
         handlers["probe"] = probe_later
     return handlers
 
 
-def _responder(a: Agent) -> None:
-    from agent.exporters.responder import ResponderView
+def _responder(a: Agent, start: bool = False) -> None:
+    """The responder, in the services after the checks; a reload that turns it on again makes a new one
+    (`start`) that keeps the stopped one's counters."""
     from agent.responder.server import Responder, resolve_allow
 
+    old = a.responder
     # The credit guard reads this host's latest credit readings; a test served while this host runs its
     # own probe would measure the two competing, so the responder answers "busy" then.
     a.responder = Responder(a.cfg.responder, resolve_allow(a.cfg.responder.allow, a.vpc_cidrs),
-                            credits=a.latest_credits, profile=lambda: a.profile, external_busy=a.probing)
-    a.services.append(a.responder)
-    a.views.append(ResponderView(a.responder.stats.snapshot))
+                            credits=a.latest_credits, profile=lambda: a.profile, external_busy=a.probing,
+                            stats=old.stats if old is not None else None)
+    if old in a.services:
+        a.services[a.services.index(old)] = a.responder
+    else:
+        a.services.insert(a.services.index(a.checks) + 1 if a.checks in a.services else 0, a.responder)
+    a.responder_on = True
+    if start:
+        a.responder.start()
 
 
 def _probes(a: Agent) -> None:

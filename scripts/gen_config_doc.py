@@ -11,7 +11,7 @@ sys.path.insert(0, str(ROOT))
 
 from docregion import rewrite  # noqa: E402 (beside this script)
 
-from agent.config import describe_keys  # noqa: E402
+from agent.config import describe_keys, reload_keys  # noqa: E402
 
 DOC = ROOT / "docs" / "configuration.md"
 BEGIN, END = "<!-- keys:begin (scripts/gen_config_doc.py) -->", "<!-- keys:end -->"
@@ -30,9 +30,12 @@ def _fmt(value: object) -> str:
 
 
 def table() -> str:
-    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    """One row per key; "on SIGHUP" is the reload's decision for it (agent/config_loader.py, "reloads")."""
+    waits = reload_keys()
+    rows = ["| key | type | default | on SIGHUP | meaning |", "|---|---|---|---|---|"]
     for key, typ, default, doc in describe_keys():
-        rows.append(f"| `{key}` | {typ} | {_fmt(default)} | {doc} |")
+        when = "needs a restart" if waits[key] else "applies on reload"
+        rows.append(f"| `{key}` | {typ} | {_fmt(default)} | {when} | {doc} |")
     return "\n".join(rows)
 
 

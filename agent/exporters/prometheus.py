@@ -103,12 +103,13 @@ class ReloadState(View):
     """Outcome of SIGHUP reloads, written by the daemon, read by scrapes."""
 
     FAMILIES = declared(F.CONFIG_LAST_RELOAD_SUCCESSFUL, F.CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
-                        F.CONFIG_RELOADS_TOTAL)
+                        F.CONFIG_RELOADS_TOTAL, F.CONFIG_RESTART_PENDING)
 
     def __init__(self) -> None:
         self.successful = 1.0
         self.success_time = 0.0
         self.reloads = {"success": 0, "failure": 0}
+        self.restart_pending: list[str] = []        # keys whose new value waits for a restart
 
     def collect(self) -> Iterable[Metric]:
         yield family(F.CONFIG_LAST_RELOAD_SUCCESSFUL, self.successful)
@@ -117,6 +118,7 @@ class ReloadState(View):
         for k, v in self.reloads.items():
             c.add_metric([k], v)
         yield c
+        yield family(F.CONFIG_RESTART_PENDING, 1.0 if self.restart_pending else 0.0)
 
 
 def build_registry(views: Iterable[Any]) -> CollectorRegistry:

@@ -9,7 +9,6 @@ cookie costs a descriptor, never a thread), the dispatch of cookies and the one-
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import functools
 import logging
@@ -154,11 +153,8 @@ class Responder:
         self.events.flush(force=True)
 
     def reconfigure(self, cfg: ResponderConfig, allow: Sequence[Union[str, Network]]) -> None:
-        """Apply a reloaded `[responder]` (SIGHUP): caps and the allow list take effect for the next test;
-        a new `listen` needs a restart (logged), as metrics.listen does."""
-        if cfg.listen != self.cfg.listen:
-            log.warning("responder.listen changed to %s; it takes effect at the next restart", cfg.listen)
-            cfg = dataclasses.replace(cfg, listen=self.cfg.listen)
+        """Apply a reloaded `[responder]` (SIGHUP): caps and the allow list take effect for the next test.
+        `listen` is marked restart-only in agent/config.py: the reload hands the running address."""
         self.cfg = cfg
         self.allow = parse_allow(allow)
         self.stats.allowed = tuple(str(n) for n in self.allow)

@@ -80,3 +80,81 @@ def test_daemon_budget_follows_a_reloaded_profile(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         assert proc.wait(10) == 0
+
+
+def _refused(port: int) -> bool:
+    """True when nothing listens on loopback `port` (the connection is refused)."""
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+def _iperf3(iperf3: str, port: int) -> dict:
+    out = subprocess.run([iperf3, "-c", "127.0.0.1", "-p", str(port), "-t", "1", "--json"],
+                         capture_output=True, text=True, timeout=30)
+    return json.loads(out.stdout)
+
+
+def test_responder_enabled_applies_on_reload_both_ways(tmp_path: Path) -> None:
+    """[responder] enabled = false by SIGHUP closes the listener within 5 s (stock iperf3 cannot connect), and
+    true opens it again; a changed responder.listen waits for a restart and is reported so: named in the log,
+    burstwatch_config_restart_pending 1, never a plain "config reloaded"."""
+    import signal
+    import time
+
+    from tests.conftest import wait_until
+
+    iperf3 = shutil.which("iperf3")
+    if iperf3 is None:
+        pytest.fail("iperf3 missing: `make test-deps` installs it")
+    mport, rport = free_port(), free_port()
+    metrics = {"listen": f"127.0.0.1:{mport}"}
+
+    def write(**responder: object) -> None:
+        daemon_config(tmp_path, metrics=metrics,
+                      responder={"listen": f"127.0.0.1:{rport}", "allow": ["127.0.0.0/8"], **responder})
+
+    write()
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(tmp_path / "burstwatch.toml")],
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_port("127.0.0.1", mport)
+        wait_port("127.0.0.1", rport)
+        assert "error" not in _iperf3(iperf3, rport)
+
+        write(enabled=False)
+        proc.send_signal(signal.SIGHUP)
+        t0 = time.monotonic()
+        wait_until(lambda: _refused(rport), 5.0, "the responder's listener closed after enabled = false")
+        closed_after = time.monotonic() - t0
+        doc = _iperf3(iperf3, rport)
+        assert "unable to connect" in doc.get("error", ""), doc
+        m = _scrape(mport)
+        assert m['burstwatch_config_reloads_total{result="success"}'] == 1
+        assert m["burstwatch_responder_listening"] == 0 and m["burstwatch_config_restart_pending"] == 0
+        print(f"listener closed {closed_after:.2f} s after SIGHUP")
+
+        write(enabled=True)
+        proc.send_signal(signal.SIGHUP)
+        wait_port("127.0.0.1", rport, timeout=5.0)
+        assert "error" not in _iperf3(iperf3, rport)
+        assert _scrape(mport)["burstwatch_responder_listening"] == 1
+
+        other = free_port()
+        daemon_config(tmp_path, metrics=metrics,
+                      responder={"listen": f"127.0.0.1:{other}", "allow": ["127.0.0.0/8"]})
+        proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: _scrape(mport)["burstwatch_config_restart_pending"] == 1, 5.0,
+                   "burstwatch_config_restart_pending 1 after a changed responder.listen")
+        assert "error" not in _iperf3(iperf3, rport)              # still on the running address
+        wait_until(lambda: "wait for a restart: responder.listen" in log.read_text(), 5.0,
+                   "the reload's log line naming responder.listen")
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0

@@ -151,6 +151,7 @@ def views() -> list[Any]:
     reload_state = ReloadState()
     reload_state.successful, reload_state.success_time = 0.0, 1.7e9
     reload_state.reloads = {"success": 2, "failure": 1}
+    reload_state.restart_pending = ["responder.listen"]
     pub = publisher()
     return [BuildInfoView(), SamplerView(lambda: snap), reload_state, InstanceView(instance),
             CreditView(lambda: snap, lambda: "ethtool", lambda: "restored"),

@@ -22,3 +22,9 @@ CONFIG_RELOADS_TOTAL = Figure(
     "Config reloads by result.",
     labels=("result",),
     doc="SIGHUP reloads by `success` / `failure`")
+CONFIG_RESTART_PENDING = Figure(
+    "burstwatch_config_restart_pending", "gauge", "process",
+    "1 while a reloaded config changed keys that wait for a restart; the log names them.",
+    doc="1 while the config file holds a new value for a key that waits for a restart (the reload's log line "
+        "names each key; the \"on SIGHUP\" column of docs/configuration.md); 0 after the restart, or once the "
+        "file is set back")
