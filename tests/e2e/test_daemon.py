@@ -120,19 +120,35 @@ def test_rates_reload_notify_and_stop(agent_lab: tuple) -> None:
     assert sum("WATCHDOG=1" in m for _, m in notes.messages) >= 3
 
     # SIGHUP with a valid change, then with an invalid file: the old config keeps running.
+    assert "sample_interval = 0.5" in cfg.read_text()
     cfg.write_text(cfg.read_text().replace("sample_interval = 0.5", "sample_interval = 0.25"))
     proc.send_signal(signal.SIGHUP)
-    time.sleep(1.0)
-    m = metrics(lab, a)
+    deadline = time.monotonic() + 5.0
+    while (m := metrics(lab, a)).get('burstwatch_config_reloads_total{result="success"}') != 1.0:
+        assert time.monotonic() < deadline, "the reload was not counted within 5 s"
+        time.sleep(0.1)
     assert m["burstwatch_config_last_reload_successful"] == 1.0
-    assert m['burstwatch_config_reloads_total{result="success"}'] == 1.0
+    assert m["burstwatch_config_restart_pending"] == 0.0
+    # The new interval really runs: 4 samples a second instead of 2, measured over 2 s of samples (the
+    # sample timestamps' own clock), with a bound between the two rates.
+    time.sleep(2.0)
+    m_after = metrics(lab, a)
+    rate = (m_after["burstwatch_samples_total"] - m["burstwatch_samples_total"]) / \
+        (m_after["burstwatch_last_sample_timestamp_seconds"] - m["burstwatch_last_sample_timestamp_seconds"])
+    assert 3.0 < rate < 4.5, f"{rate:.2f} samples/s after sample_interval = 0.25 (0.5 before: 2/s)"
+    m = m_after
     cfg.write_text("sample_interval = 'fast'\n")
     proc.send_signal(signal.SIGHUP)
-    time.sleep(1.0)
-    m2 = metrics(lab, a)
+    deadline = time.monotonic() + 5.0
+    while (m2 := metrics(lab, a)).get('burstwatch_config_reloads_total{result="failure"}') != 1.0:
+        assert time.monotonic() < deadline, "the failed reload was not counted within 5 s"
+        time.sleep(0.1)
     assert m2["burstwatch_config_last_reload_successful"] == 0.0
     assert m2['burstwatch_config_reloads_total{result="failure"}'] == 1.0
-    assert m2["burstwatch_samples_total"] > m["burstwatch_samples_total"]  # still sampling
+    deadline = time.monotonic() + 5.0
+    while metrics(lab, a)["burstwatch_samples_total"] <= m["burstwatch_samples_total"]:   # still sampling
+        assert time.monotonic() < deadline, "sampling stopped after a failed reload"
+        time.sleep(0.1)
 
     # SIGTERM: STOPPING=1 and a clean exit well within 2 s.
     t0 = time.monotonic()
