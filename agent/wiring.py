@@ -388,7 +388,7 @@ def _fleet(a: Agent) -> None:
     from agent import __version__
     from agent.exporters.fleet import FleetView
     from agent.fleet.service import FleetService
-    from agent.models.fleet import Consensus, allowance_record, learned_record, publishable
+    from agent.models.fleet import Consensus, allowance_record, bucket_records
 
     ident = a.instance.identity if a.instance is not None else None
     if a.profile.instance_type is None:
@@ -422,19 +422,14 @@ def _fleet(a: Agent) -> None:
 
     def buckets() -> None:
         """The credits step learned a size: one record per direction, the allowance figures riding on it."""
-        assert a.credits is not None
-        directions = {d: v for d, v in a.credits.learned().items() if publishable(v["learn_method"])}
-        if not directions:
-            return
-        p, snap = a.profile, a.latest()
-        drivers = [e.driver for e in (snap.ethtool or {}).values() if e.driver is not None] if snap else []
-        fleet.publish([learned_record(
-            **where, **others(), direction=d, bucket_bytes=v["bucket"], method=v["learn_method"],
-            learned_count=v["learned_count"], baseline_bytes_per_second=p.baseline_bytes_per_second,
-            baseline_source=p.baseline_source, peak_bytes_per_second=p.peak_bytes_per_second,
-            peak_source=p.peak_source, driver=drivers[0].driver if drivers else None,
-            driver_version=drivers[0].version if drivers else None, learned_at=time.time())
-            for d, v in sorted(directions.items())])
+        snap = a.latest()
+        driver = next((e.driver for e in (snap.ethtool or {}).values() if e.driver is not None), None) \
+            if snap else None
+        records = bucket_records(a.credits.learned() if a.credits is not None else {}, a.profile, **where,
+                                 **others(), driver=driver.driver if driver else None,
+                                 driver_version=driver.version if driver else None, learned_at=time.time())
+        if records:
+            fleet.publish(records)
 
     def allowance_line() -> None:
         """The allowances step learned a PPS ceiling or conntrack size: published on its own (an allowance

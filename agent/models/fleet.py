@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
+from agent.models.profile import BandwidthProfile
 from agent.models.units import DIRECTIONS
 
 FORMAT = "burstwatch-learned/1"
@@ -129,6 +130,18 @@ def learned_record(**fields: Any) -> dict[str, Any]:
     if out["learned_at"] is not None:
         out["learned_at"] = float(out["learned_at"])
     return out
+
+
+def bucket_records(directions: dict[str, dict[str, Any]], profile: BandwidthProfile,
+                   **fields: Any) -> list[dict[str, Any]]:
+    """A learned_record for each direction the credits step learned (`directions`: learned_buckets() entries)
+    whose method is worth sharing (publishable), with the profile's figures and the other `fields`."""
+    p = profile
+    return [learned_record(**fields, direction=d, bucket_bytes=v["bucket"], method=v["learn_method"],
+                           learned_count=v["learned_count"], baseline_bytes_per_second=p.baseline_bytes_per_second,
+                           baseline_source=p.baseline_source, peak_bytes_per_second=p.peak_bytes_per_second,
+                           peak_source=p.peak_source)
+            for d, v in sorted(directions.items()) if publishable(v["learn_method"])]
 
 
 def allowance_record(**fields: Any) -> dict[str, Any]:

@@ -353,3 +353,18 @@ def test_allowance_consensus_by_the_buckets_rule() -> None:
     assert allowance_consensus(recs, min_instances=4, now=60.0, max_age_seconds=100.0).pps_instances == 4
     assert allowance_consensus([], min_instances=1, now=60.0, max_age_seconds=55.0) == AllowanceConsensus(None, 0,
                                                                                                           None, 0)
+
+
+def test_bucket_records_take_the_publishable_directions_with_the_profile() -> None:
+    from agent.models.fleet import bucket_records
+    from agent.models.profile import BandwidthProfile
+
+    profile = BandwidthProfile("m5.large", 93.75e6, 1.25e9, 337.5e9, "catalogue", "catalogue", "default")
+    learned = {"out": {"bucket": 3e11, "learn_method": "exhaustion", "learned_count": 2},
+               "in": {"bucket": 2e11, "learn_method": "exhaustion", "learned_count": 1}}
+    learned_unsure = {**learned, "in": {**learned["in"], "learn_method": "none"}}
+    records = bucket_records(learned, profile, instance_type="m5.large", learned_at=1.7e9)
+    assert [(r["direction"], r["bucket_bytes"], r["learned_count"]) for r in records] == \
+        [("in", 2e11, 1), ("out", 3e11, 2)]
+    assert all(r["baseline_bytes_per_second"] == 93.75e6 and r["peak_source"] == "catalogue" for r in records)
+    assert [r["direction"] for r in bucket_records(learned_unsure, profile, instance_type="m5.large")] == ["out"]
