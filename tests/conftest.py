@@ -59,6 +59,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def refused(port: int, host: str = "127.0.0.1") -> bool:
+    """True when nothing listens on `port` (a connection is refused), False when something accepts."""
+    try:
+        with _real_create_connection((host, port), timeout=1.0):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
 def wait_port(host: str, port: int, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

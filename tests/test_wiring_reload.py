@@ -5,7 +5,6 @@ dropped), and [responder] enabled turns the real listener on and off."""
 from __future__ import annotations
 
 import dataclasses
-import socket
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -14,7 +13,7 @@ import pytest
 from agent import config as configmod
 from agent.config_loader import keep_restart_keys, restart_keys_changed
 from agent.wiring import Agent, Paths, build
-from tests.conftest import free_port
+from tests.conftest import free_port, refused
 from tests.support.daemon_config import lab_config, toml_text
 
 
@@ -67,14 +66,6 @@ def test_probe_keys_wait_when_no_probe_service_runs(agent: Agent) -> None:
         ["probe.peers", "probe.interval"]
 
 
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except ConnectionRefusedError:
-        return False
-
-
 def test_the_responder_listener_follows_enabled_both_ways(tmp_path: Path) -> None:
     """Off at start; on: a listener; off: closed when apply returns; on again: a new responder that keeps
     the counters, the one responder in the services."""
@@ -83,11 +74,11 @@ def test_the_responder_listener_follows_enabled_both_ways(tmp_path: Path) -> Non
     try:
         on = _with(a.cfg, "responder", enabled=True)
         assert a.apply(on) == []
-        assert a.responder is not None and _listening(port)
+        assert a.responder is not None and not refused(port)
         first = a.responder
         assert a.apply(a.started) == [] and not a.responder_on       # off again
-        assert not _listening(port) and not first.stats.listening
-        assert a.apply(on) == [] and _listening(port)
+        assert refused(port) and not first.stats.listening
+        assert a.apply(on) == [] and not refused(port)
         assert a.responder is not first and a.responder.stats is first.stats   # the counters carry on
         assert [s for s in a.services if s.name == "responder"] == [a.responder]
     finally:
