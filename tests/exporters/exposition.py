@@ -69,7 +69,8 @@ def snapshot() -> Snapshot:
     kernel = InterfaceEthtool(raw={}, totals={}, driver=DriverInfo("ena", "6.1.0-18-cloud-amd64", "", ""))
     return Snapshot(1.7e9, ("eth0", "eth1"), {}, {"eth0": [1, 2, 3, 4, 5, 6, 7, 8], "eth1": [0] * 8},
                     {"eth0": {"in": 10.0, "out": 20.5}, "eth1": {"in": 0.0, "out": 0.0}}, {"in": 10.0, "out": 20.5},
-                    {"eth0": 1}, 0.0025, 42, {"netdev": StepStatus(True, 0.001), "ethtool": StepStatus(False, 0.002)},
+                    {"eth0": 1}, 0.0025, 42, {"netdev": StepStatus(True, 0.001), "ethtool": StepStatus(False, 0.002),
+                                                                                "credits": StepStatus(True, 0.0005)},
                     ethtool={"eth0": ena, "eth1": kernel},
                     shaping=ShapingReading("ethtool", {"in": 3}, {"in": 5, "out": 0}), credits=credits())
 
