@@ -24,6 +24,7 @@ from agent.exporters.responder import ResponderView
 from agent.exporters.state import StateView
 from agent.models.credit_model import CreditReading
 from agent.models.profile import BandwidthProfile
+from agent.models.units import bytes_to_gbit
 from agent.readers.ethtool import IoctlEthtoolReader
 from agent.readers.imds import Eni
 from agent.sampling import ModelStep
@@ -355,8 +356,8 @@ def _probes(a: Agent) -> None:
 
 def _cloudwatch(a: Agent) -> CloudWatchPublisher:
     """The CloudWatch publisher (imports boto3: only when [cloudwatch] enabled = true)."""
+    from agent import aws
     from agent.cloudwatch.publisher import CloudWatchPublisher
-    from agent.readers import aws
     from agent.readers.autoscaling import CACHE_FILE, autoscaling_group_name
     from agent.readers.imds import ImdsClient
 
@@ -403,7 +404,7 @@ def _fleet(a: Agent) -> None:
         a.fleet_bucket_bytes = bucket
         if consensus is not None:
             log.info("fleet consensus for %s: %.1f Gbit from %d instances", a.profile.instance_type,
-                     consensus.bucket_bytes * 8 / 1e9, consensus.instances)
+                     bytes_to_gbit(consensus.bucket_bytes), consensus.instances)
         a.refresh_profile()
 
     allowances = a.allowances

@@ -15,6 +15,7 @@ from agent.models.counters import CounterTracker, InterfaceDelta
 from agent.models.credit_model import SAVE_MOVEMENT_FRACTION, CreditEstimator, CreditReading
 from agent.models.profile import BandwidthProfile
 from agent.models.shaping import ShapingReading
+from agent.models.units import bytes_to_gbit
 from agent.readers.netdev import NetDevCounters
 from agent.sampling import keep
 from agent.writers.credit_store import CreditStore
@@ -149,7 +150,7 @@ class CreditsStep:
         for d in self._fresh:
             b = self.estimator.buckets[d]
             log.info("direction=%s bucket learned: %.0f bytes (%.1f Gbit) by %s, %d time(s)", d,
-                     b.bucket, b.bucket * 8 / 1e9, b.learner.learn_method, b.learner.learned_count)
+                     b.bucket, bytes_to_gbit(b.bucket), b.learner.learn_method, b.learner.learned_count)
         # Saved on movement (1 % of the bucket since the last save: what a crash can cost), at most once per
         # sample, and every save_interval while the estimate stays still (docs/credits.md, "Persistence").
         keep(self, bool(self._fresh), self._saved is None
