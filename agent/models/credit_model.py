@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
+from agent.models.credit_band import BucketBand, band_forecast
 from agent.models.credit_evidence import (
     AGREEMENT,
     EXHAUSTION_EVIDENCE_FRACTION,
@@ -17,9 +19,11 @@ from agent.models.credit_evidence import (
     near_baseline,
 )
 from agent.models.credit_trend import DEFAULT_FORECAST_WINDOW, TrendForecast
+from agent.models.profile import DEFAULT_BUCKET_SECONDS
 from agent.models.units import DIRECTIONS
 
 INF = math.inf
+log = logging.getLogger(__name__)
 
 # Later learnings move the bucket half-way, so one odd exhaustion cannot swing it (docs/credits.md,
 # "Learning the bucket").
@@ -95,6 +99,19 @@ class CreditReading:
     exhaustion_trend_seconds: float = INF
     refill_trend_seconds: float = INF
     state: str = "none"                     # a CreditState value; "none" without a bucket
+    # The bucket as a band (docs/credits.md, "The bucket as a band"): its low and high sizes, where they come
+    # from (default, fleet, config, learned) and how many exhaustions stand behind them; the remaining credit
+    # at each end as a share of that end; and the forecast band: earliest with the low bucket and the sooner
+    # pace, latest with the high bucket (+Inf while a pause may never end).
+    bucket_low_bytes: Optional[float] = None
+    bucket_high_bytes: Optional[float] = None
+    band_source: str = "none"
+    band_observations: int = 0
+    remaining_low_ratio: Optional[float] = None
+    remaining_high_ratio: Optional[float] = None
+    exhaustion_earliest_seconds: float = INF
+    exhaustion_latest_seconds: float = INF
+    contradictions: int = 0                 # exhaustions that contradicted a configured bucket
 
 
 @dataclass
@@ -153,6 +170,8 @@ class Bucket:
     hold: HeldClamp = field(default_factory=HeldClamp)      # read while EXHAUSTED
     learner: BucketLearner = field(default_factory=BucketLearner)
     forecast: TrendForecast = field(default_factory=TrendForecast)
+    sizes: BucketBand = field(default_factory=BucketBand)
+    burst_pace: float = 0.0                 # the fastest net rate (bytes/s) since the bucket was last full
 
     @property
     def exhausted(self) -> bool:
@@ -173,7 +192,11 @@ class Bucket:
         released = self.exhausted and self.hold.released(net, self.forecast.clock, self.bucket, self.baseline)
         move = transition(self.exhausted, self.evidence.confirmed, verdict is EvidenceVerdict.EXHAUSTED, released)
         if move is Transition.CONFIRMED:
-            # A real exhaustion: the bucket is the deficit right now.
+            # A real exhaustion: the bucket is the deficit right now, one more observation of its size.
+            if self.sizes.observe(self.deficit, self.bucket, self.learner.bucket_source):
+                log.warning("bucket exhausted at %.0f Gbit, the configured burst_bucket_gbit is %.0f: the "
+                            "configured size is kept (credits.trust_configured_bucket)",
+                            self.deficit * 8 / 1e9, self.bucket * 8 / 1e9)
             self.bucket = self.learner.at_exhaustion(self.bucket, self.deficit, self.remaining(), learn)
             self.hold.start(self.bucket, self.forecast.clock)
         elif move is Transition.RELEASED:
@@ -184,6 +207,7 @@ class Bucket:
             self.state = self._settle(rate, shaped, learn)
         self.evidence.cap(self.bucket)
         self.forecast.note_level(self.deficit, self.bucket)
+        self.burst_pace = 0.0 if self.deficit <= 0.0 else max(self.burst_pace, rate - self.baseline)
         return move
 
     def _settle(self, rate: float, shaped: Optional[bool], learn: bool) -> CreditState:
@@ -223,12 +247,22 @@ class Bucket:
             refill = missing / -drain if drain < 0 else INF
         trend_exhaustion, trend_refill = self.forecast.forecasts(self.baseline, remaining, missing, self.exhausted)
         learner = self.learner
+        band = self.sizes.band(self.bucket, DEFAULT_BUCKET_SECONDS * self.baseline, learner.bucket_source,
+                               learner.learn_method == "unshaped_overrun")
+        low_ratio, high_ratio = band.ratios(self.deficit)
+        earliest, latest = band_forecast(band, self.deficit, remaining, exhaustion, trend_exhaustion,
+                                         self.burst_pace, self.forecast.drain_pace(self.deficit),
+                                         self.forecast.cycle() is not None, self.exhausted)
         return CreditReading(direction, rate, remaining, self.bucket,
                              remaining / self.bucket if self.bucket > 0 else None, exhaustion, refill,
                              shaped=shaped, exhausted=self.exhausted, learned_count=learner.learned_count,
                              learn_method=learner.learn_method, bucket_source=learner.bucket_source,
                              exhaustion_trend_seconds=trend_exhaustion, refill_trend_seconds=trend_refill,
-                             state=self.state.value)
+                             state=self.state.value, bucket_low_bytes=band.low, bucket_high_bytes=band.high,
+                             band_source=band.source, band_observations=band.observations,
+                             remaining_low_ratio=low_ratio, remaining_high_ratio=high_ratio,
+                             exhaustion_earliest_seconds=earliest, exhaustion_latest_seconds=latest,
+                             contradictions=self.sizes.contradictions)
 
 
 @dataclass
@@ -308,7 +342,7 @@ class CreditEstimator:
     def to_state(self) -> dict[str, Any]:
         return {d: {"deficit": b.deficit, "bucket": b.bucket, "learned_count": b.learner.learned_count,
                     "learn_method": b.learner.learn_method, "bucket_source": b.learner.bucket_source,
-                    "trend": b.forecast.to_state()}
+                    "trend": b.forecast.to_state(), "sizes": b.sizes.to_state()}
                 for d, b in self.buckets.items()}
 
     def restore(self, state: dict[str, Any], bucket_too: bool = True) -> None:
@@ -321,12 +355,16 @@ class CreditEstimator:
                 b.learner.bucket_source = "learned"
                 b.learner.learn_method = str(s.get("learn_method", "exhaustion"))
                 b.learner.learned_count = int(s.get("learned_count", 0))
+            if "sizes" in s:                # older files have none: the band starts from the prior
+                b.sizes.restore(s["sizes"])
             b.deficit = min(b.bucket, max(0.0, float(s.get("deficit", 0.0))))
             b.reset_history()
             self._saved_trends[d] = s.get("trend")
 
     def learned_buckets(self) -> dict[str, dict[str, Any]]:
-        """Per direction learned size and how, for the per-instance-type store."""
+        """Per direction learned size and how, and the exhaustion sizes seen, for the per-instance-type store:
+        the directions that learned a size or saw an exhaustion."""
         return {d: {"bucket": b.bucket, "learned_count": b.learner.learned_count,
-                    "learn_method": b.learner.learn_method}
-                for d, b in self.buckets.items() if b.learner.bucket_source == "learned"}
+                    "learn_method": b.learner.learn_method, "sizes": b.sizes.to_state(),
+                    "bucket_source": b.learner.bucket_source}
+                for d, b in self.buckets.items() if b.learner.bucket_source == "learned" or b.sizes.observations}

@@ -85,6 +85,13 @@ class TrendForecast:
         if deficit <= self._low or deficit <= 0.0 or deficit >= bucket:
             self._low, self.drain_start = deficit, self.clock
 
+    def drain_pace(self, deficit: float) -> float:
+        """The drain's mean net rate (bytes/s) since it began at its low point; 0 before one began."""
+        age = self.clock - self.drain_start
+        if age <= 0.0 or not math.isfinite(self._low):
+            return 0.0
+        return max(0.0, deficit - self._low) / age
+
     def _watch_cycle(self, net_rate: float, baseline: float) -> None:
         """Note a burst's onset: the net spend rate rising through its mean (the slope over the current
         span) after having been under it, by more than CYCLE_BAND of the baseline either way."""

@@ -67,7 +67,7 @@ class CreditsStep:
                               learn=learnable, forecast_window=self.cfg.forecast_window)
         learned = self.store.learned_for(profile.instance_type)
         if learned and learnable:
-            est.restore({d: {**v, "bucket_source": "learned", "deficit": 0.0} for d, v in learned.items()})
+            est.restore({d: {"bucket_source": "learned", **v, "deficit": 0.0} for d, v in learned.items()})
         return est
 
     def set_profile(self, profile: BandwidthProfile) -> None:
@@ -143,6 +143,7 @@ class CreditsStep:
         # No shaping source, or its first reading: the model sees "unknown" (None), not "not shaped".
         increase = shaping.increase if shaping is not None and shaping.increase else None
         learned_before = {d: b.learner.learned_count for d, b in self.estimator.buckets.items()}
+        seen_before = sum(b.sizes.seen for b in self.estimator.buckets.values())
         readings = self.estimator.update(dt, nbytes, rates, increase)
         self._last_raw = {n: (tracker.ifindex(n), c.rx_bytes, c.tx_bytes) for n, c in raw.items()}
         self._fresh = [d for d, b in self.estimator.buckets.items()
@@ -151,6 +152,8 @@ class CreditsStep:
             b = self.estimator.buckets[d]
             log.info("direction=%s bucket learned: %.0f bytes (%.1f Gbit) by %s, %d time(s)", d,
                      b.bucket, bytes_to_gbit(b.bucket), b.learner.learn_method, b.learner.learned_count)
+        if not self._fresh and sum(b.sizes.seen for b in self.estimator.buckets.values()) != seen_before:
+            self.save_learned()     # an exhaustion that agreed: one more size for the band (docs/credits.md)
         # Saved on movement (1 % of the bucket since the last save: what a crash can cost), at most once per
         # sample, and every save_interval while the estimate stays still (docs/credits.md, "Persistence").
         keep(self, bool(self._fresh), self._saved is None

@@ -72,6 +72,7 @@ def test_a_state_file_from_before_the_state_machine_loads(tmp_path: Path) -> Non
     assert ct.restore({}, CounterTracker(0.6)) == "restored"
     state = ct.estimator.to_state()
     assert all(state[d].pop("trend") == {} for d in state)     # none saved: the trend starts afresh
+    assert all(state[d].pop("sizes") == "" for d in state)     # none saved: the band starts from the prior
     assert state == {
         "out": {"deficit": 60e6, "bucket": LEARNED, "learned_count": 1, "learn_method": "exhaustion",
                 "bucket_source": "learned"},
