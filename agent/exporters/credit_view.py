@@ -13,13 +13,17 @@ from agent.sampling.pipeline import Snapshot
 # The figures read per direction from each CreditReading (Figure.read), in the order they are yielded.
 PER_DIRECTION = (F.CREDIT_REMAINING_BYTES, F.CREDIT_REMAINING_RATIO, F.CREDIT_BUCKET_BYTES,
                  F.CREDIT_EXHAUSTION_SECONDS, F.CREDIT_REFILL_SECONDS, F.CREDIT_SHAPED, F.CREDIT_EXHAUSTED,
-                 F.CREDIT_EXHAUSTION_TREND_SECONDS, F.CREDIT_REFILL_TREND_SECONDS, F.CREDIT_BUCKET_LEARNED_TOTAL)
+                 F.CREDIT_EXHAUSTION_TREND_SECONDS, F.CREDIT_REFILL_TREND_SECONDS, F.CREDIT_BUCKET_LEARNED_TOTAL,
+                 F.CREDIT_BUCKET_LOW_BYTES, F.CREDIT_BUCKET_HIGH_BYTES, F.CREDIT_BUCKET_OBSERVATIONS,
+                 F.CREDIT_BUCKET_CONTRADICTIONS_TOTAL, F.CREDIT_REMAINING_LOW_RATIO, F.CREDIT_REMAINING_HIGH_RATIO,
+                 F.CREDIT_EXHAUSTION_EARLIEST_SECONDS, F.CREDIT_EXHAUSTION_LATEST_SECONDS)
 
 
 class CreditView(View):
     """Renders the credit model's readings and the shaping totals of the latest snapshot; computes nothing."""
 
-    FAMILIES = declared(F.CREDIT_MODEL_INFO, *PER_DIRECTION, F.CREDIT_BUCKET_INFO, F.SHAPING_PACKETS_TOTAL)
+    FAMILIES = declared(F.CREDIT_MODEL_INFO, *PER_DIRECTION, F.CREDIT_BUCKET_INFO, F.CREDIT_BUCKET_BAND_INFO,
+                        F.SHAPING_PACKETS_TOTAL)
 
     def __init__(self, latest: Callable[[], Optional[Snapshot]], shaping_source: Callable[[], Optional[str]],
                  restore_note: Callable[[], str]) -> None:
@@ -55,6 +59,13 @@ class CreditView(View):
             if r.bucket_bytes is not None and r.remaining_bytes is not None:
                 binfo.add_metric([d, r.bucket_source, r.learn_method], 1)
         yield binfo
+
+        band = family(F.CREDIT_BUCKET_BAND_INFO)
+        for d in directions:
+            r = credits[d]
+            if r.bucket_bytes is not None and r.remaining_bytes is not None:
+                band.add_metric([d, r.band_source], 1)
+        yield band
 
         shaping = family(F.SHAPING_PACKETS_TOTAL)
         if snap.shaping is not None:

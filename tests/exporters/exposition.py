@@ -50,9 +50,14 @@ BUCKET = 3.375e11
 def credits() -> dict[str, CreditReading]:
     return {
         "in": CreditReading("in", 1.5e8, 2.0e11, BUCKET, 2.0e11 / BUCKET, 1200.5, math.inf, True, False, 2,
-                            "exhaustion", "learned", 900.0, math.inf),
+                            "exhaustion", "learned", 900.0, math.inf, bucket_low_bytes=0.4 * BUCKET,
+                            bucket_high_bytes=1.6 * BUCKET, band_source="learned", band_observations=2,
+                            remaining_low_ratio=0.0, remaining_high_ratio=0.75, exhaustion_earliest_seconds=0.0,
+                            exhaustion_latest_seconds=2400.0),
         "out": CreditReading("out", 1.0e6, 0.0, BUCKET, 0.0, math.inf, 3600.0, False, True, 0, "none", "default",
-                             math.inf, 7200.0),
+                             math.inf, 7200.0, bucket_low_bytes=0.2 * BUCKET, bucket_high_bytes=3.0 * BUCKET,
+                             band_source="default", remaining_low_ratio=0.0, remaining_high_ratio=2.0 / 3.0,
+                             exhaustion_earliest_seconds=0.0, exhaustion_latest_seconds=0.0, contradictions=1),
         # a direction without a bucket (never exhausts): only the figures that need none
         "x": CreditReading("x", 0.0, None, None, None, math.inf, math.inf),
     }

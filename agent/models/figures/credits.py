@@ -145,6 +145,77 @@ CREDIT_BUCKET_INFO = Figure(
     doc="where the bucket in use came from (`config`, `learned`, `default`) and how it was last learned (`none`, "
         "`exhaustion`, `unshaped_overrun`)",
     status=(StatusForm("bucket_source", "source"),))
+CREDIT_BUCKET_LOW_BYTES = Figure(
+    "burstwatch_credit_bucket_low_bytes", "gauge", "credits",
+    "The bucket's low estimate: the prior from public measurements, this type's exhaustions or the fleet's.",
+    labels=("direction",),
+    doc="the bucket's low estimate: the prior (0.2x one hour of baseline), 0.4x the smallest exhaustion seen, "
+        "or the configured size ([credits.md](credits.md#the-bucket-as-a-band))",
+    read=credit("bucket_low_bytes", bucket=True),
+    status=(StatusForm("bucket_low_bytes"),))
+CREDIT_BUCKET_HIGH_BYTES = Figure(
+    "burstwatch_credit_bucket_high_bytes", "gauge", "credits",
+    "The bucket's high estimate: the prior from public measurements, this type's exhaustions or the fleet's.",
+    labels=("direction",),
+    doc="the bucket's high estimate: the prior (3x one hour of baseline), 1.6x the largest exhaustion seen, or "
+        "the configured size ([credits.md](credits.md#the-bucket-as-a-band))",
+    read=credit("bucket_high_bytes", bucket=True),
+    status=(StatusForm("bucket_high_bytes"),))
+CREDIT_BUCKET_OBSERVATIONS = Figure(
+    "burstwatch_credit_bucket_observations", "gauge", "credits",
+    "Confirmed exhaustions the bucket's band stands on (the recent ones kept in the state file).",
+    labels=("direction",),
+    doc="confirmed exhaustions the band stands on (at most 8, the recent ones, kept across restarts)",
+    read=credit("band_observations", bucket=True),
+    status=(StatusForm("bucket_observations"),))
+CREDIT_BUCKET_BAND_INFO = Figure(
+    "burstwatch_credit_bucket_band_info", "gauge", "credits",
+    "Where the bucket's band comes from: default (the prior), fleet, config or learned.",
+    labels=("direction", "source"),
+    doc="where the band comes from: `default` (the prior), `fleet`, `config` (no band until an exhaustion "
+        "contradicts it) or `learned`",
+    status=(StatusForm("bucket_band_source", "source"),))
+CREDIT_BUCKET_CONTRADICTIONS_TOTAL = Figure(
+    "burstwatch_credit_bucket_contradictions_total", "counter", "credits",
+    "Exhaustions at a size more than 10 % away from the configured burst_bucket_gbit (kept as the belief).",
+    labels=("direction",),
+    doc="exhaustions at a size more than 10 % away from the configured `burst_bucket_gbit`, which stays the "
+        "belief (also logged)",
+    read=credit("contradictions", bucket=True))
+CREDIT_REMAINING_LOW_RATIO = Figure(
+    "burstwatch_credit_remaining_low_ratio", "gauge", "credits",
+    "Credit left as a fraction of the bucket if the bucket is its low estimate (0..1).",
+    labels=("direction",),
+    doc="credit left as a fraction of the bucket if it is its low estimate (0..1): what `BurstCreditsLow` reads",
+    read=credit("remaining_low_ratio", bucket=True),
+    status=(StatusForm("remaining_low_ratio"),))
+CREDIT_REMAINING_HIGH_RATIO = Figure(
+    "burstwatch_credit_remaining_high_ratio", "gauge", "credits",
+    "Credit left as a fraction of the bucket if the bucket is its high estimate (0..1).",
+    labels=("direction",),
+    doc="the same if the bucket is its high estimate (0..1)",
+    read=credit("remaining_high_ratio", bucket=True),
+    status=(StatusForm("remaining_high_ratio"),))
+CREDIT_EXHAUSTION_EARLIEST_SECONDS = Figure(
+    "burstwatch_credit_exhaustion_earliest_seconds", "gauge", "credits",
+    "The forecast band's early side: seconds until a bucket of the low estimate is empty at the sooner of the "
+    "two forecasts (in a pause, when the drain's fastest pace resumes); +Inf when not draining.",
+    labels=("direction",),
+    doc="the forecast band's early side: seconds until a bucket of the low estimate is empty at the sooner of the "
+        "two forecasts, in a pause at the drain's fastest pace resuming now; `+Inf` when not draining. "
+        "`BurstCreditsRunningOut` pages on it ([credits.md](credits.md#the-forecast-as-a-band))",
+    read=credit("exhaustion_earliest_seconds", bucket=True),
+    status=(StatusForm("exhaustion_earliest_seconds"),))
+CREDIT_EXHAUSTION_LATEST_SECONDS = Figure(
+    "burstwatch_credit_exhaustion_latest_seconds", "gauge", "credits",
+    "The forecast band's late side: seconds until a bucket of the high estimate is empty at the drain's mean "
+    "pace; +Inf when not draining or when a pause of a cycle not yet seen may never end.",
+    labels=("direction",),
+    doc="the forecast band's late side: seconds until a bucket of the high estimate is empty at the drain's mean "
+        "pace (half of it until the traffic has shown its cycle); `+Inf` when not draining, and in a pause of a "
+        "cycle not yet seen, which may never end",
+    read=credit("exhaustion_latest_seconds", bucket=True),
+    status=(StatusForm("exhaustion_latest_seconds"),))
 SHAPING_PACKETS_TOTAL = Figure(
     "burstwatch_shaping_packets_total", "counter", "credits",
     "Packets the shaper queued or dropped (ENA bw_*_allowance_exceeded summed over interfaces, or tc overlimits), "
