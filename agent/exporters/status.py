@@ -155,6 +155,35 @@ def _forecast(what: str, instant: Optional[float], trend: Optional[float], verb:
     return f"{what} in {_duration(instant)} (trend {_duration(trend)})"
 
 
+def _bits(nbytes: float) -> str:
+    """A bucket's size as AWS quotes bandwidth: Tbit or Gbit."""
+    bits = nbytes * 8
+    return f"{bits / 1e12:.2g} Tbit" if bits >= 1e12 else f"{bits / 1e9:.3g} Gbit"
+
+
+def _band(v: dict[str, Any], draining: bool) -> Optional[str]:
+    """The band (docs/credits.md, "The forecast as a band"): "runs out in 4m00s-11m00s" while draining, and
+    "bucket 1.6-2.9 Tbit (learned x3)", with an en dash and a multiplication sign; None from a daemon older
+    than the band."""
+    low, high = v.get("bucket_low_bytes"), v.get("bucket_high_bytes")
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return None
+    source = v.get("bucket_band_source") or "?"
+    count = int(v.get("bucket_observations") or 0)
+    if source in ("learned", "config") and count:
+        source += f" \u00d7{count}"
+    lo_text, hi_text = _bits(low), _bits(high)
+    unit = hi_text.split()[1]
+    if lo_text.split()[1] == unit:
+        lo_text = lo_text.split()[0]
+    out = f"bucket {lo_text}\u2013{hi_text} ({source})"
+    early, late = v.get("exhaustion_earliest_seconds"), v.get("exhaustion_latest_seconds")
+    if draining and early is not None:
+        late_text = "never (a pause may never end)" if late is None or math.isinf(late) else _duration(late)
+        out = f"runs out in {_duration(early)}\u2013{late_text}; " + out
+    return out
+
+
 def render_text(doc: dict[str, Any]) -> str:
     """What a person reads: identity and sources, a bar and forecasts per direction, then checks, probes,
     the fleet and the responder (each only when there is something to say)."""
@@ -219,8 +248,13 @@ def _direction(d: str, v: dict[str, Any], state: str) -> list[str]:
     else:
         when = _forecast("full", v["refill_seconds"], v["refill_trend_seconds"], "refilling")
     bucket = bytes_to_gbit(v["bucket_bytes"] or 0)
-    return [f"  {d:<3} {bar} {ratio * 100:5.1f}% of {bucket:.4g} Gbit ({v['bucket_source']})  {when}",
-            f"      {rate}  shaped packets {int(v['shaping_packets_total'])}"]
+    lines = [f"  {d:<3} {bar} {ratio * 100:5.1f}% of {bucket:.4g} Gbit ({v['bucket_source']})  {when}",
+             f"      {rate}  shaped packets {int(v['shaping_packets_total'])}"]
+    draining = not v["exhausted"] and (_finite(v["exhaustion_seconds"]) or _finite(v["exhaustion_trend_seconds"]))
+    band = _band(v, draining)
+    if band is not None:
+        lines.append(f"      {band}")
+    return lines
 
 
 def _checks(checks: list[dict[str, Any]]) -> list[str]:

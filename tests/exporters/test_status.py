@@ -161,3 +161,31 @@ def test_fleet_without_consensus_and_without_fleet() -> None:
     assert "  fleet: no consensus yet; published 0, waiting 0" in render_text(build_status(parse_metrics(text)))
     doc = build_status(parse_metrics(FIX.read_text()))
     assert doc["fleet"] is None and "fleet:" not in render_text(doc)
+
+
+def test_the_band_from_the_model_through_metrics_to_status() -> None:
+    """A drain at 5 Gbit/s on an m5.large's default bucket, read by the model, rendered by the credit view,
+    parsed by status: the forecast band and the bucket's band with their source, in the text and the JSON."""
+    from agent.models.credit_model import CreditEstimator
+    from tests.exporters.test_credit_view import exposition, snapshot
+
+    est = CreditEstimator(0.75e9 / 8, 3.375e11)
+    for _ in range(60):
+        readings = est.update(1.0, {"out": 5e9 / 8, "in": 0.0}, {"out": 5e9 / 8, "in": 0.0}, {"out": 0, "in": 0})
+    credit = exposition(snapshot(readings))
+    kept = [ln for ln in FIX.read_text().splitlines()
+            if "burstwatch_credit_" not in ln and "burstwatch_throughput_bytes" not in ln]
+    text = "\n".join(kept) + "\n" + credit
+    doc = build_status(parse_metrics(text))
+    out = doc["directions"]["out"]
+    r = readings["out"]
+    assert out["exhaustion_earliest_seconds"] == r.exhaustion_earliest_seconds
+    assert out["bucket_low_bytes"] == 0.2 * 3.375e11 and out["bucket_high_bytes"] == 3.0 * 3.375e11
+    assert out["bucket_band_source"] == "default" and out["remaining_low_ratio"] == r.remaining_low_ratio
+    lines = render_text(doc).splitlines()
+    band = lines[lines.index(next(ln for ln in lines if ln.strip().startswith("out"))) + 2].strip()
+    early = int(r.exhaustion_earliest_seconds)
+    assert band.startswith(f"runs out in {early // 60}m{early % 60:02d}s\u2013"), band
+    assert band.endswith("bucket 540 Gbit\u20138.1 Tbit (default)"), band
+    assert json.loads(json.dumps(json_safe(doc)))["directions"]["out"]["exhaustion_latest_seconds"] == \
+        r.exhaustion_latest_seconds > r.exhaustion_earliest_seconds
