@@ -105,19 +105,23 @@ class BucketBand:
 
 
 def band_forecast(band: Band, deficit: float, remaining: float, instant: float, trend: float,
-                  burst_pace: float, drain_pace: float, cycle_known: bool, exhausted: bool) -> tuple[float, float]:
+                  burst_pace: float, drain_pace: float, cycle_known: bool, exhausted: bool,
+                  trend_ready: bool = True) -> tuple[float, float]:
     """(earliest, latest) seconds to empty (docs/credits.md, "The forecast as a band").
 
     earliest: the sooner of the two point forecasts scaled to the low bucket's credit (the time to spend a
     credit at a given pace is proportional to it); in a pause, when the drain's fastest net pace so far
-    (`burst_pace`, bytes/s) resumes now. It never waits for the traffic to prove itself.
+    (`burst_pace`, bytes/s) resumes now. The trend counts only once the drain is a forecast window old
+    (`trend_ready`): within it, one burst from a full bucket is in the trend's whole window, and traffic
+    averaging under the baseline would hold the low bucket's forecast under the horizon a minute after each
+    burst (docs/alerting.md, "The trade").
     latest: the high bucket's credit at the drain's mean net pace since it began (`drain_pace`), which holds
     its pauses; until the traffic has shown its cycle the pace may be half of that (UNSEEN_DUTY), and in a
     pause +Inf: a pause may never end."""
     if exhausted:
         return 0.0, 0.0
     low_left, high_left = band.remaining(deficit)
-    soonest = min(instant, trend)
+    soonest = min(instant, trend) if trend_ready else instant
     if low_left <= 0.0:
         earliest = 0.0
     elif math.isinf(soonest):
@@ -127,7 +131,8 @@ def band_forecast(band: Band, deficit: float, remaining: float, instant: float, 
     else:
         earliest = soonest * low_left / remaining
     pace = drain_pace if cycle_known else UNSEEN_DUTY * drain_pace
-    if (math.isinf(instant) and not cycle_known) or pace <= 0.0 or (math.isinf(soonest) and remaining > 0.0):
+    pause = math.isinf(min(instant, trend)) and remaining > 0.0
+    if (math.isinf(instant) and not cycle_known) or pace <= 0.0 or pause:
         latest = INF
     else:
         latest = high_left / pace

@@ -31,6 +31,10 @@ LEARN_WEIGHT_AFTER_FIRST = 0.5
 # The state is saved whenever an estimate has moved by this share of its bucket, which bounds what a crash
 # can cost at any time scale (docs/credits.md, "Persistence").
 SAVE_MOVEMENT_FRACTION = 0.01
+# The band's early side reads the trend once the drain is this many forecast windows old: within two, one
+# burst from a full bucket is still in the trend's window, and traffic averaging under the baseline would
+# hold the low bucket's forecast under the early horizon after each burst (docs/alerting.md, "The trade").
+TREND_READY_WINDOWS = 2.0
 
 
 def gap_deficit(deficit: float, seconds: float, moved: float, baseline: float, peak: Optional[float]) -> float:
@@ -112,6 +116,9 @@ class CreditReading:
     exhaustion_earliest_seconds: float = INF
     exhaustion_latest_seconds: float = INF
     contradictions: int = 0                 # exhaustions that contradicted a configured bucket
+    # The bucket drains now: at the current rate, or at the trend once the drain is a forecast window old
+    # (within it one burst from a full bucket fills the trend's window). What the page waits for.
+    draining: bool = False
 
 
 @dataclass
@@ -250,9 +257,11 @@ class Bucket:
         band = self.sizes.band(self.bucket, DEFAULT_BUCKET_SECONDS * self.baseline, learner.bucket_source,
                                learner.learn_method == "unshaped_overrun")
         low_ratio, high_ratio = band.ratios(self.deficit)
+        ready = self.forecast.clock - self.forecast.drain_start >= TREND_READY_WINDOWS * self.forecast.window
         earliest, latest = band_forecast(band, self.deficit, remaining, exhaustion, trend_exhaustion,
                                          self.burst_pace, self.forecast.drain_pace(self.deficit),
-                                         self.forecast.cycle() is not None, self.exhausted)
+                                         self.forecast.cycle() is not None, self.exhausted, ready)
+        draining = not self.exhausted and (math.isfinite(exhaustion) or (ready and math.isfinite(trend_exhaustion)))
         return CreditReading(direction, rate, remaining, self.bucket,
                              remaining / self.bucket if self.bucket > 0 else None, exhaustion, refill,
                              shaped=shaped, exhausted=self.exhausted, learned_count=learner.learned_count,
@@ -262,7 +271,7 @@ class Bucket:
                              band_source=band.source, band_observations=band.observations,
                              remaining_low_ratio=low_ratio, remaining_high_ratio=high_ratio,
                              exhaustion_earliest_seconds=earliest, exhaustion_latest_seconds=latest,
-                             contradictions=self.sizes.contradictions)
+                             contradictions=self.sizes.contradictions, draining=draining)
 
 
 @dataclass

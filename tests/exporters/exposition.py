@@ -53,7 +53,7 @@ def credits() -> dict[str, CreditReading]:
                             "exhaustion", "learned", 900.0, math.inf, bucket_low_bytes=0.4 * BUCKET,
                             bucket_high_bytes=1.6 * BUCKET, band_source="learned", band_observations=2,
                             remaining_low_ratio=0.0, remaining_high_ratio=0.75, exhaustion_earliest_seconds=0.0,
-                            exhaustion_latest_seconds=2400.0),
+                            exhaustion_latest_seconds=2400.0, draining=True),
         "out": CreditReading("out", 1.0e6, 0.0, BUCKET, 0.0, math.inf, 3600.0, False, True, 0, "none", "default",
                              math.inf, 7200.0, bucket_low_bytes=0.2 * BUCKET, bucket_high_bytes=3.0 * BUCKET,
                              band_source="default", remaining_low_ratio=0.0, remaining_high_ratio=2.0 / 3.0,

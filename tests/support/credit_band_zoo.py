@@ -18,7 +18,8 @@ from typing import Callable, Optional
 from tests.support import credit_ec2 as ce
 
 SCRAPE = 15.0                # Prometheus' evaluation interval
-HORIZON = 600.0              # BurstCreditsRunningOut's "< 600"
+HORIZON = 600.0              # BurstCreditsRunningOut's "< 600" on the point forecasts
+EARLY_HORIZON = 180.0        # and its "< 180" on the band's early side
 FOR_SECONDS = 60.0           # and its `for: 1m`
 LOW_RATIO, LOW_FOR = 0.2, 120.0     # BurstCreditsLow's "< 0.2" and `for: 2m`
 COVERAGE_TARGET = 0.9
@@ -52,12 +53,19 @@ def rule_fires(samples: list[ce.Sample], value: Callable[[ce.Sample], Optional[f
     return out
 
 
-def earliest(s: ce.Sample) -> Optional[float]:
-    """BurstCreditsRunningOut's expression: the band's early side while a point forecast says the bucket
-    drains (either finite), and not exhausted."""
+def running_out(s: ce.Sample) -> Optional[float]:
+    """BurstCreditsRunningOut's expression as 0 (holds) or None (does not): the band's early side under
+    EARLY_HORIZON while the bucket drains, or the sooner point forecast under HORIZON; not exhausted."""
     r = s.reading
-    draining = math.isfinite(r.exhaustion_seconds) or math.isfinite(r.exhaustion_trend_seconds)
-    return r.exhaustion_earliest_seconds if draining and not r.exhausted else None
+    early = r.draining and r.exhaustion_earliest_seconds < EARLY_HORIZON
+    point = min(r.exhaustion_seconds, r.exhaustion_trend_seconds) < HORIZON
+    return 0.0 if (early or point) and not r.exhausted else None
+
+
+def point_only(s: ce.Sample) -> Optional[float]:
+    """The rule before the band (the sooner point forecast under HORIZON), for comparison."""
+    r = s.reading
+    return 0.0 if min(r.exhaustion_seconds, r.exhaustion_trend_seconds) < HORIZON and not r.exhausted else None
 
 
 def low_ratio(s: ce.Sample) -> Optional[float]:
@@ -81,6 +89,8 @@ class Drain:
     pages: int = 0                      # its firing episodes (on traffic that never empties: false pages)
     low_pages: int = 0                  # BurstCreditsLow's
     width: Optional[float] = None       # median latest / earliest over the finite, positive samples
+    lead_point: Optional[float] = None  # the rule before the band: its first firing before empty
+    pages_point: int = 0                # and its firing episodes
 
     def ok(self) -> bool:
         if self.drain is None:
@@ -96,12 +106,16 @@ class Drain:
         drain = "never" if self.drain is None else f"{self.drain:.0f} s"
         lead = "-" if self.drain is None else ("never" if self.lead is None else f"{self.lead:.0f} s")
         width = "-" if self.width is None else ("inf" if math.isinf(self.width) else f"{self.width:.2f}")
+        before = "-" if self.drain is None else \
+            ("never" if self.lead_point is None else f"{self.lead_point:.0f} s")
         return (f"| {self.size} | {self.shape} | {self.factor:g}x{' (learned)' if self.learned else ''} | {drain} | "
-                f"{pct(self.coverage)} | {pct(self.point)} | {lead} | {self.pages} | {width} |")
+                f"{pct(self.coverage)} | {pct(self.point)} | {lead} ({before}) | {self.pages} "
+                f"({self.pages_point}) | {width} |")
 
 
 HEADER = ("| size | traffic | true bucket / belief | drain | in [earliest, latest] | point after 2nd onset | "
-          "page before empty | pages | width latest/earliest |\n|---|---|---|---|---|---|---|---|---|")
+          "page before empty (before the band) | pages (before the band) | width latest/earliest |\n"
+          "|---|---|---|---|---|---|---|---|---|")
 
 
 def _world(size: ce.Size, factor: float) -> ce.World:
@@ -125,8 +139,10 @@ def _onsets(demand: ce.Pieces, seconds: float) -> list[float]:
 
 def judge(d: Drain, samples: list[ce.Sample], start: float, empty: Optional[float],
           onsets: Optional[list[float]] = None) -> Drain:
-    fires = rule_fires(samples, earliest, HORIZON, FOR_SECONDS)
+    fires = rule_fires(samples, running_out, 1.0, FOR_SECONDS)
     d.pages = episodes(fires)
+    point_fires = rule_fires(samples, point_only, 1.0, FOR_SECONDS)
+    d.pages_point = episodes(point_fires)
     d.low_pages = episodes(rule_fires(samples, low_ratio, LOW_RATIO, LOW_FOR))
     if empty is None:
         return d
@@ -140,6 +156,8 @@ def judge(d: Drain, samples: list[ce.Sample], start: float, empty: Optional[floa
     d.width = statistics.median(widths) if widths else None
     before = [t for t in fires if start <= t <= empty]
     d.lead = empty - before[0] if before else None
+    before = [t for t in point_fires if start <= t <= empty]
+    d.lead_point = empty - before[0] if before else None
     if d.factor == 1.0 and not d.learned:
         second = start + onsets[1] if onsets is not None and len(onsets) > 1 else start
         after = [s for s in sel if s.t >= second]
@@ -216,6 +234,8 @@ def shapes(size: ce.Size, short: bool = False) -> list[Callable[[], Drain]]:
             if rate > size.baseline * 1.2:
                 out.append(lambda f=f, g=g, rate=rate: drain(size, ce.steady(rate), f"steady {g:g} Gbit/s", f))
         for p, duty in cycles:
+            if duty * size.peak <= 1.2 * size.baseline:
+                continue            # averages at about the baseline: never empties (the quiet shapes below)
             out.append(lambda f=f, p=p, duty=duty: drain(
                 size, ce.on_off(size.peak, duty * p, (1 - duty) * p),
                 f"{duty * p:g} s at peak / {(1 - duty) * p:g} s idle", f, cyclic=True))
@@ -257,8 +277,11 @@ def summary(rows: list[Drain]) -> list[str]:
         f"paged before empty {len(leads)}/{len(drains)}; lead min {min(leads):.0f} s, median "
         f"{statistics.median(leads):.0f} s" if leads else "no pages",
         f"band width latest/earliest median {statistics.median(widths):.2f}" if widths else "no widths",
-        f"pages on drains that stopped before empty: {sum(r.pages for r in stops)} in {len(stops)} drains; "
+        f"pages on drains that stopped before empty: {sum(r.pages for r in stops)} in {len(stops)} drains "
+        f"(the point rule before the band: {sum(r.pages_point for r in stops)}); "
         f"BurstCreditsLow {sum(r.low_pages for r in stops)}",
+        f"the point rule before the band paged before empty on {sum(r.lead_point is not None for r in drains)}"
+        f"/{len(drains)} drains, >= 60 s ahead on {sum((r.lead_point or 0) >= LEAD_TARGET for r in drains)}",
         f"pages on traffic at or under the baseline: {sum(r.pages + r.low_pages for r in quiet_rows)}",
     ]
 
@@ -266,9 +289,11 @@ def summary(rows: list[Drain]) -> list[str]:
 if __name__ == "__main__":
     import sys
 
-    rows = zoo(short="--short" in sys.argv)
     print(HEADER)
-    for r in rows:
-        print(r.row() + ("" if r.ok() else " **miss**"))
+    rows = []
+    for size in ce.SIZES:
+        for thunk in shapes(size, short="--short" in sys.argv):
+            rows.append(thunk())
+            print(rows[-1].row() + ("" if rows[-1].ok() else " **miss**"), flush=True)
     print()
     print("\n".join(summary(rows)))

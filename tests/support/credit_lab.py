@@ -336,6 +336,11 @@ def scale_rules(text: str, minutes: float, for_seconds: int = 0) -> str:
     text, n = re.subn(r"(?m)^(\s*\)\s*)< 600\b", lambda m: f"{m.group(1)}< {minutes * 60:g}", text)
     if n != 1:
         raise ValueError(f"expected one `< 600` horizon in the rules, found {n}")
+    # the band's early side has its own horizon, 180 s on EC2 (issue 28): scaled the same way
+    text, n = re.subn(r"(burstwatch_credit_exhaustion_earliest_seconds < )180\b",
+                      lambda m: f"{m.group(1)}{minutes * 60 * 180 / 600:g}", text)
+    if n != 1:
+        raise ValueError(f"expected one `earliest < 180` horizon in the rules, found {n}")
     return re.sub(r"for: \d+[smh]", f"for: {for_seconds}s", text)
 
 

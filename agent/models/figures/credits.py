@@ -216,6 +216,14 @@ CREDIT_EXHAUSTION_LATEST_SECONDS = Figure(
         "cycle not yet seen, which may never end",
     read=credit("exhaustion_latest_seconds", bucket=True),
     status=(StatusForm("exhaustion_latest_seconds"),))
+CREDIT_DRAINING = Figure(
+    "burstwatch_credit_draining", "gauge", "credits",
+    "1 while the bucket drains: at the current rate, or at the trend once the drain is two forecast windows old.",
+    labels=("direction",),
+    doc="1 while the bucket drains: at the current rate, or at the trend once the drain is two forecast windows "
+        "old (before that one burst from a full bucket fills the trend's window); what `BurstCreditsRunningOut` "
+        "reads with the band's early side",
+    read=credit("draining", bucket=True))
 SHAPING_PACKETS_TOTAL = Figure(
     "burstwatch_shaping_packets_total", "counter", "credits",
     "Packets the shaper queued or dropped (ENA bw_*_allowance_exceeded summed over interfaces, or tc overlimits), "
