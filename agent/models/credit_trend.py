@@ -170,7 +170,8 @@ class TrendForecast:
             # moment falls in a burst). Else between the fitted line's crossing and the burst tops';
             # remaining / slope on a steady drain.
             period = self.cycle()
-            ahead = fit.crossing(slope, span, period, remaining) \
+            ahead = fit.crossing(slope, span, period, remaining,
+                                 last_cycle=span < CYCLES_PER_WINDOW * period - 1e-9) \
                 if CYCLE_REPLAY and period is not None and span >= period else None
             exhaustion = ahead if ahead is not None else \
                 max(0.0, remaining - EXCURSION_WEIGHT * fit.excursion(slope, span)) / slope

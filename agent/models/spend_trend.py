@@ -140,11 +140,14 @@ class SpendTrend:
         now = (self._y[-1] - y0) - (mv + slope * ((self._t[-1] - t0) - mx))
         return max(0.0, top - now)
 
-    def crossing(self, slope: float, window: float, period: float, need: float) -> Optional[float]:
+    def crossing(self, slope: float, window: float, period: float, need: float,
+                 last_cycle: bool = False) -> Optional[float]:
         """Seconds until the net spend has risen by `need` if the traffic repeats its last `period` seconds
         around the line (of `slope`) fitted over `window`: the line's rise plus the residuals one period back,
-        phase by phase (docs/credits.md, "The window rule"). None without a period of points or a rising
-        line. O(points in one period)."""
+        phase by phase (docs/credits.md, "The window rule"). With `last_cycle`, a cycle rises by what the last
+        one did instead of the line's slope x period: a window shorter than a few cycles holds a part-cycle,
+        which bends its slope by up to the burst's share of it (issue 28: 150 s on / 150 s off read a third
+        fast). None without a period of points or a rising line. O(points in one period)."""
         if need <= 0.0:
             return 0.0
         if slope <= 0.0 or period <= 0.0 or len(self) < TREND_MIN_POINTS:
@@ -153,24 +156,39 @@ class SpendTrend:
         j = bisect.bisect_left(self._t, t_now - period - 1e-9, self._head)
         if j >= len(self._t) - 2 or self._t[j] - (t_now - period) > 0.25 * period:
             return None
-        i = self._start(window)
-        n, sx, sy, _, _ = self._window_sums(i)
-        mx, mv = sx / n, sy / n
-        t0, y0 = self._t0, self._y0
+        y_now = self._y[-1]
+        if last_cycle:
+            # the net spend's rise per cycle over the whole cycles the window holds, between the points
+            # around their start (a restored history is sparse)
+            cycles = max(1, math.floor(window / period + 1e-9))
+            per_cycle = (y_now - self._at(t_now - cycles * period)) / cycles
+            t_back = t_now - period
+            if per_cycle <= 0.0:
+                return None
+            # each phase's rise from now: the last cycle's, from the same phase on
+            profile = [(self._t[k] - t_back, per_cycle - (y_now - self._y[k])) for k in range(j, len(self._t))]
+            top = max(p for _, p in profile)
+        else:
+            i = self._start(window)
+            n, sx, sy, _, _ = self._window_sums(i)
+            mx, mv = sx / n, sy / n
+            t0, y0 = self._t0, self._y0
 
-        def residual(k: int) -> float:
-            return (self._y[k] - y0) - (mv + slope * ((self._t[k] - t0) - mx))
+            def residual(k: int) -> float:
+                return (self._y[k] - y0) - (mv + slope * ((self._t[k] - t0) - mx))
 
-        now = residual(len(self._t) - 1)
-        # the residual one period back, phase 0 .. period, relative to now's: what each phase adds to the line
-        profile = [(self._t[k] - (t_now - period), residual(k) - now) for k in range(j, len(self._t))]
-        top = max(p for _, p in profile)
-        first = max(0, math.floor((need - top) / (slope * period)))
+            now = residual(len(self._t) - 1)
+            # the residual one period back, phase 0 .. period, relative to now's: what each phase adds to the line
+            residuals = [(self._t[k] - (t_now - period), residual(k) - now) for k in range(j, len(self._t))]
+            top = max(p for _, p in residuals)
+            per_cycle = slope * period
+            profile = [(tb, slope * tb + pb) for tb, pb in residuals]
+        first = max(0, math.floor((need - top) / per_cycle))
         for m in (first, first + 1):
-            base = slope * m * period
+            base = per_cycle * m
             prev: Optional[tuple[float, float]] = None     # (phase, rise) of the previous point
-            for tb, pb in profile:
-                fb = base + slope * tb + pb
+            for tb, rise in profile:
+                fb = base + rise
                 if fb >= need:
                     if prev is None or tb <= prev[0]:
                         return max(0.0, m * period + tb)
@@ -178,6 +196,16 @@ class SpendTrend:
                     return max(0.0, m * period + ta + (tb - ta) * (need - fa) / (fb - fa))
                 prev = (tb, fb)
         return None
+
+    def _at(self, t: float) -> float:
+        """The net spend at time `t`, between the points around it (the oldest point before them)."""
+        k = bisect.bisect_left(self._t, t - 1e-9, self._head)
+        if k >= len(self._t):
+            return self._y[-1]
+        if k == self._head or self._t[k] <= t:
+            return self._y[k]
+        ta, ya = self._t[k - 1], self._y[k - 1]
+        return ya + (self._y[k] - ya) * (t - ta) / (self._t[k] - ta)
 
     def reset(self) -> None:
         self._clear()
