@@ -17,6 +17,10 @@ from agent.models.units import DIRECTIONS
 # What each alarm's period is cut into; also the horizon of "running out" (10 minutes leaves time to move
 # traffic: docs/alerting.md).
 HORIZON_SECONDS = 600.0
+# The band's early side pages at this share of the horizon (BurstCreditsRunningOut's "earliest < 180" against
+# its "< 600"; docs/alerting.md, "The trade"): the alarm weighs it by the inverse, so one threshold serves both.
+EARLY_SHARE = 0.3
+EARLY_WEIGHT = round(1.0 / EARLY_SHARE, 6)
 
 
 def _cw(fig: F.Figure) -> str:
@@ -46,6 +50,8 @@ class AlarmSpec:
     expression: str = ""
     # The threshold is the horizon: [cloudwatch] alarm_horizon replaces it (a lab runs at its own scale).
     horizon: bool = False
+    # What each metric of `math` is multiplied by in the expression (empty: 1 each).
+    weights: tuple[float, ...] = ()
 
     def limit(self, horizon: float = HORIZON_SECONDS) -> float:
         return horizon if self.horizon else self.threshold
@@ -57,9 +63,11 @@ class AlarmSpec:
 
 
 ALARMS: tuple[AlarmSpec, ...] = (
-    # The forecast is the earliest warning there is. The sooner of the two forecasts, as the Prometheus rule
-    # BurstCreditsRunningOut: the instant one is right from the first seconds of a steady drain but a year
-    # (+Inf) in every pause of a bursty one; the trend (the net rate over [credits] forecast_window) holds
+    # The forecast is the earliest warning there is. As the Prometheus rule BurstCreditsRunningOut: the
+    # band's early side (published only while the bucket drains, else a year) under 0.3 of the horizon,
+    # weighted so that one threshold serves, or the sooner of the two point forecasts under it: the
+    # instant one is right from the first seconds of a steady drain but a year (+Inf) in every pause of a
+    # bursty one; the trend (the net rate over [credits] forecast_window) holds
     # through the pauses (docs/credits.md, "Two forecasts"). An instance's forecast is read as its Maximum
     # over the period: under the threshold for the whole minute, CloudWatch's form of the rule's `for: 1m`,
     # so a burst of a few seconds from a full bucket pages nobody. A group's is the Minimum over its
@@ -67,10 +75,12 @@ ALARMS: tuple[AlarmSpec, ...] = (
     AlarmSpec("credit-exhaustion", _cw(F.CREDIT_EXHAUSTION_SECONDS), "Maximum", "Minimum",
               "LessThanThreshold", HORIZON_SECONDS, "missing",
               "burstwatch: {direction} burst credits run out within 10 minutes at the current rate or at "
-              "the trend",
+              "the trend, or within 3 if the bucket is as small as its low estimate",
               math=(("instant", _cw(F.CREDIT_EXHAUSTION_SECONDS)),
-                    ("trend", _cw(F.CREDIT_EXHAUSTION_TREND_SECONDS))),
-              expression="MIN([instant, trend])", horizon=True),
+                    ("trend", _cw(F.CREDIT_EXHAUSTION_TREND_SECONDS)),
+                    ("early", _cw(F.CREDIT_EXHAUSTION_EARLIEST_SECONDS))),
+              expression=f"MIN([instant, trend, early * {EARLY_WEIGHT}])", horizon=True,
+              weights=(1.0, 1.0, EARLY_WEIGHT)),
     AlarmSpec("credit-low", _cw(F.CREDIT_REMAINING_RATIO), "Minimum", "Minimum",
               "LessThanThreshold", 0.2, "missing", "burstwatch: {direction} burst credits below 20 % of the bucket"),
     # Missing data here means no shaping counter moved (or no source): not a breach.
@@ -90,7 +100,9 @@ def breached(spec: AlarmSpec, stats: PeriodStats, direction: str,
              horizon: float = HORIZON_SECONDS) -> Optional[bool]:
     """Whether the alarm's condition holds on an instance's own period (read with `statistic`, as the
     per-instance alarm would); None when the period has none of its metrics."""
-    values = [stats[(m, direction)][spec.statistic] for m in spec.metrics if (m, direction) in stats]
+    weights = spec.weights or (1.0,) * len(spec.metrics)
+    values = [stats[(m, direction)][spec.statistic] * w for m, w in zip(spec.metrics, weights)
+              if (m, direction) in stats]
     if not values:
         return None
     value = min(values)                     # MIN([...]) for a math alarm, the value itself otherwise

@@ -76,12 +76,15 @@ def test_alarms_are_created_as_printed(moto: str, tmp_path: Path, capsys: pytest
         for key, value in want.items():
             assert got[key] == value, (want["AlarmName"], key)
     exhaustion_in = described[f"burstwatch-{IID}-credit-exhaustion-in"]
-    # the sooner of the instant and the trend forecast: metric math over both, as BurstCreditsRunningOut
+    # the sooner of the instant and the trend forecast, or the band's early side weighted to the early
+    # horizon: metric math over the three, as BurstCreditsRunningOut
     queries = {q["Id"]: q for q in exhaustion_in["Metrics"]}
     assert {i: q["MetricStat"]["Metric"]["MetricName"] for i, q in queries.items() if "MetricStat" in q} == {
-        "instant": "CreditExhaustionSeconds", "trend": "CreditExhaustionTrendSeconds"}
+        "instant": "CreditExhaustionSeconds", "trend": "CreditExhaustionTrendSeconds",
+        "early": "CreditExhaustionEarliestSeconds"}
     assert {q["MetricStat"]["Stat"] for q in queries.values() if "MetricStat" in q} == {"Maximum"}  # for: 1m
-    assert [q["Expression"] for q in queries.values() if q["ReturnData"]] == ["MIN([instant, trend])"]
+    assert [q["Expression"] for q in queries.values() if q["ReturnData"]] == [
+        "MIN([instant, trend, early * 3.333333])"]
     assert (exhaustion_in["Threshold"], exhaustion_in["ComparisonOperator"]) == (600.0, "LessThanThreshold")
     low = described[f"burstwatch-{IID}-credit-low-out"]
     assert (low["MetricName"], low["Threshold"]) == ("CreditRemainingRatio", 0.2)
@@ -118,7 +121,7 @@ def test_alarms_watch_the_metrics_the_publisher_sends(moto: str) -> None:
             assert (m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"])) in listed, \
                 (a["AlarmName"], m["MetricName"])
             watched += 1
-    assert watched == 8          # the exhaustion alarms read two metrics each
+    assert watched == 10         # the exhaustion alarms read three metrics each
 
 
 def test_text_output_without_apply_creates_nothing(moto: str, tmp_path: Path,
@@ -130,8 +133,8 @@ def test_text_output_without_apply_creates_nothing(moto: str, tmp_path: Path,
     out = capsys.readouterr().out
     # The defaults: per group, here the instance type (no Auto Scaling group); no per-instance alarms.
     assert "burstwatch-m5.large-credit-exhaustion-in" in out and IID not in out
-    assert ("MIN([Minimum(Burstwatch/CreditExhaustionSeconds), Minimum(Burstwatch/CreditExhaustionTrendSeconds)])"
-            " < 600 over 60s") in out                                            # 1 s data, 60 s alarms
+    assert ("MIN([Minimum(Burstwatch/CreditExhaustionSeconds), Minimum(Burstwatch/CreditExhaustionTrendSeconds), "
+            "Minimum(Burstwatch/CreditExhaustionEarliestSeconds) * 3.333333]) < 600 over 60s") in out                                            # 1 s data, 60 s alarms
     assert "Minimum(Burstwatch/CreditRemainingRatio) < 0.2" in out
     assert "Sum(Burstwatch/ShapingEvents) > 0" in out
     assert "AutoScalingGroupName" not in out         # IMDS tags are visible and name no group
@@ -224,8 +227,10 @@ def test_group_alarms_in_the_template_read_the_groups_metrics(tmp_path: Path,
     assert g[1:4] == ((("Burstwatch", "CreditExhaustionSeconds", (("AutoScalingGroupName", "web-asg"),
                                                                    ("Direction", "out")), "Minimum", 60),
                        ("Burstwatch", "CreditExhaustionTrendSeconds", (("AutoScalingGroupName", "web-asg"),
-                                                                        ("Direction", "out")), "Minimum", 60)),
-                      "MIN([instant, trend])", 12.0)                       # alarm_horizon is the threshold
+                                                                        ("Direction", "out")), "Minimum", 60),
+                       ("Burstwatch", "CreditExhaustionEarliestSeconds", (("AutoScalingGroupName", "web-asg"),
+                                                                           ("Direction", "out")), "Minimum", 60)),
+                      "MIN([instant, trend, early * 3.333333])", 12.0)     # alarm_horizon is the threshold
     t = _summary(by_name["burstwatch-m5.large-prod-credit-low-in"])
     assert t[1] == (("Burstwatch", "CreditRemainingRatio", (("InstanceType", "m5.large"), ("Environment", "prod"),
                                                             ("Direction", "in")), "Minimum", 60),)
@@ -323,17 +328,21 @@ def _alarm_minutes(samples: list, spec_slug: str = "credit-exhaustion") -> list[
     from agent.models.figures import EXHAUSTION_CAP_SECONDS
 
     spec = next(s for s in ALARMS if s.slug == spec_slug)
-    attr = {"CreditExhaustionSeconds": "exhaustion_seconds", "CreditExhaustionTrendSeconds": "exhaustion_trend_seconds"}
+    from agent.models.figures import CLOUDWATCH_METRICS
+    from tests.cloudwatch.test_publisher import snapshot
+
     stat = {"Maximum": max, "Minimum": min}[spec.statistic]
     minutes: dict[int, list] = {}
     for s in samples:
         minutes.setdefault(int((s.t - 1e-9) // 60), []).append(s)
     out = []
     for _, group in sorted(minutes.items()):
-        values = {qid: stat(min(getattr(s.reading, attr[metric]), EXHAUSTION_CAP_SECONDS) for s in group)
+        # each query as the publisher reads it from the sample (the figure table's CloudWatch form)
+        values = {qid: stat(min(CLOUDWATCH_METRICS[metric].read(snapshot(0.0, {"out": s.reading}), "out"),
+                                EXHAUSTION_CAP_SECONDS) for s in group)
                   for qid, metric in spec.math}
-        assert spec.expression == "MIN([instant, trend])"
-        out.append(min(values.values()) < spec.threshold)
+        assert spec.expression == "MIN([instant, trend, early * 3.333333])"
+        out.append(min(v * w for v, w in zip(values.values(), spec.weights)) < spec.threshold)
     return out
 
 
@@ -394,4 +403,4 @@ def test_group_alarms_watch_the_metrics_the_publisher_sends(moto: str) -> None:
         for m in [q["MetricStat"]["Metric"] for q in a.get("Metrics", []) if "MetricStat" in q] or [a]:
             assert (m["MetricName"], tuple((d["Name"], d["Value"]) for d in m["Dimensions"])) in listed
             watched += 1
-    assert watched == 8
+    assert watched == 10

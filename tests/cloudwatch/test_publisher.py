@@ -198,9 +198,9 @@ def test_default_set_arrives_with_names_dimensions_units_and_values(moto: str, p
     puts = proxy.puts()
     # one call per flush, as few as possible: both minutes, the checks and the probes in the first;
     # each later flush (the one at stop, maybe one more) carries the service figures again
-    assert puts[0].datums == 20 + 3                # 2 minutes x 5 metrics x 2 directions, checks, probes
+    assert puts[0].datums == 24 + 3                # 2 minutes x 6 metrics x 2 directions, checks, probes
     assert len(puts) == st.requests["success"] and all(r.datums == 3 for r in puts[1:])
-    assert st.published == 20 + 3 * len(puts)
+    assert st.published == 24 + 3 * len(puts)
 
     cw = cw_client(moto)
     for (metric, d), samples in fed.items():
@@ -233,7 +233,8 @@ def test_default_set_arrives_with_names_dimensions_units_and_values(moto: str, p
     have = sorted({(m["MetricName"], tuple((x["Name"], x["Value"]) for x in m["Dimensions"])) for m in listed})
     common = ((("InstanceId", IID), ("InstanceType", ITYPE)))
     want = sorted([(m, (*common, ("Direction", d))) for m in ("CreditRemainingRatio", "CreditExhaustionSeconds",
-                   "CreditExhaustionTrendSeconds", "ThroughputBytesPerSecond", "ShapingEvents")
+                   "CreditExhaustionTrendSeconds", "CreditExhaustionEarliestSeconds", "ThroughputBytesPerSecond",
+                   "ShapingEvents")
                    for d in ("in", "out")]
                   + [("FailedChecks", common)]
                   + [("ProbeThroughputBitsPerSecond", (*common, ("Peer", p.peer), ("Direction", p.direction)))
@@ -473,7 +474,7 @@ def test_rejected_batches_are_dropped_not_retried_forever(moto: str, proxy: Thro
     wait_for(lambda: pub.snapshot().dropped["rejected"] > 0, 20, "the rejection")
     pub.stop(1.5)
     st = pub.snapshot()
-    assert st.dropped["rejected"] == st.failed == 10 and st.backlog == 0   # 5 metrics x 2 directions
+    assert st.dropped["rejected"] == st.failed == 12 and st.backlog == 0   # 6 metrics x 2 directions
 
 
 def test_backlog_bound_keeps_the_newest(moto: str, proxy: ThrottleProxy) -> None:
@@ -482,16 +483,16 @@ def test_backlog_bound_keeps_the_newest(moto: str, proxy: ThrottleProxy) -> None
     pub.start()
     base = math.floor(time.time()) - 30
     cr = {d: reading(d, 0.5, 100.0, 1.0) for d in ("in", "out")}
-    for k in range(10):                            # 10 seconds x 8 series = 80 datums for 20 places
+    for k in range(10):                            # 10 seconds x 10 series = 100 datums for 20 places
         pub.observe(snapshot(base + k, cr, {"in": float(k), "out": 1.0}, None))
-    wait_for(lambda: pub.snapshot().dropped["backlog_full"] == 60, 20, "the backlog to overflow")
+    wait_for(lambda: pub.snapshot().dropped["backlog_full"] == 80, 20, "the backlog to overflow")
     proxy.up()
     wait_for(lambda: pub.snapshot().published == 20, 30, "the drain")
     pub.stop(1.5)
     got = statistics(cw_client(moto), "ThroughputBytesPerSecond", [*COMMON, {"Name": "Direction", "Value": "in"}],
                      base, base + 10, 1)
     assert sorted(got) == [float(base + k) for k in range(10 - len(got), 10)]   # the newest seconds
-    assert len(got) in (2, 3)                      # 20 places hold 2.5 seconds of 8 series
+    assert len(got) == 2                           # 20 places hold 2 seconds of 10 series
 
 
 # -- the Auto Scaling group dimension -----------------------------------------------------------

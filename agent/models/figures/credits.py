@@ -9,6 +9,7 @@ from agent.models.figures.schema import (
     StatusForm,
     credit,
     instance_rate,
+    credit_while_draining,
     instance_rate_or_credit,
     shaping_increase,
 )
@@ -205,6 +206,14 @@ CREDIT_EXHAUSTION_EARLIEST_SECONDS = Figure(
         "two forecasts, in a pause at the drain's fastest pace resuming now; `+Inf` when not draining. "
         "`BurstCreditsRunningOut` pages on it ([credits.md](credits.md#the-forecast-as-a-band))",
     read=credit("exhaustion_earliest_seconds", bucket=True),
+    cloudwatch=(
+        CloudWatchForm("CreditExhaustionEarliestSeconds", "Seconds", "Minimum", "direction", True,
+                       "the forecast band's early side (a bucket of the low estimate of its size) while the bucket "
+                       "drains, else 31536000 (a year, \"not draining\"): the side the exhaustion alarm pages on "
+                       "([cloudwatch.md](cloudwatch.md#which-side-of-the-band))",
+                       credit_while_draining("exhaustion_earliest_seconds", EXHAUSTION_CAP_SECONDS),
+                       rollup="Maximum"),
+    ),
     status=(StatusForm("exhaustion_earliest_seconds"),))
 CREDIT_EXHAUSTION_LATEST_SECONDS = Figure(
     "burstwatch_credit_exhaustion_latest_seconds", "gauge", "credits",

@@ -187,6 +187,21 @@ def credit(field: str, *, bucket: bool = False, cap: Optional[float] = None) -> 
     return read
 
 
+def credit_while_draining(field: str, cap: float) -> DirectionReader:
+    """The direction's CreditReading `field` while its bucket drains (`draining`) or is exhausted (0, as the
+    point forecasts read then), else `cap` ("not draining"): the band's early side as the page reads it
+    (packaging/prometheus/burstwatch.rules.yml)."""
+    plain = credit(field, bucket=True, cap=cap)
+
+    def read(snap: SnapshotLike, direction: str) -> Optional[float]:
+        value = plain(snap, direction)
+        r = _reading(snap, direction)
+        if value is None or r is None or math.isnan(value):
+            return None
+        return value if getattr(r, "draining", False) or r.exhausted else cap
+    return read
+
+
 def instance_rate(snap: SnapshotLike, direction: str) -> Optional[float]:
     """The instance rate (all monitored interfaces) over the rate window; None before there is one."""
     rates = snap.instance_rates
