@@ -8,8 +8,8 @@ from agent.models.figures.schema import (
     PerDirection,
     StatusForm,
     credit,
-    instance_rate,
     credit_while_draining,
+    instance_rate,
     instance_rate_or_credit,
     shaping_increase,
 )
