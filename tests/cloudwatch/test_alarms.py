@@ -134,7 +134,7 @@ def test_text_output_without_apply_creates_nothing(moto: str, tmp_path: Path,
     # The defaults: per group, here the instance type (no Auto Scaling group); no per-instance alarms.
     assert "burstwatch-m5.large-credit-exhaustion-in" in out and IID not in out
     assert ("MIN([Minimum(Burstwatch/CreditExhaustionSeconds), Minimum(Burstwatch/CreditExhaustionTrendSeconds), "
-            "Minimum(Burstwatch/CreditExhaustionEarliestSeconds) * 3.333333]) < 600 over 60s") in out  # 1 s data, 60 s alarms
+            "Minimum(Burstwatch/CreditExhaustionEarliestSeconds) * 3.333333]) < 600 over 60s") in out  # 1 s, 60 s
     assert "Minimum(Burstwatch/CreditRemainingRatio) < 0.2" in out
     assert "Sum(Burstwatch/ShapingEvents) > 0" in out
     assert "AutoScalingGroupName" not in out         # IMDS tags are visible and name no group
