@@ -402,6 +402,9 @@ def _fleet(a: Agent) -> None:
         if bucket == a.fleet_bucket_bytes:
             return
         a.fleet_bucket_bytes = bucket
+        if a.credits is not None:      # the type's spread across the fleet: the band of a fleet belief
+            a.credits.fleet_spread = (consensus.low, consensus.high) \
+                if consensus is not None and 0 < consensus.low <= consensus.high else None
         if consensus is not None:
             log.info("fleet consensus for %s: %.1f Gbit from %d instances", a.profile.instance_type,
                      bytes_to_gbit(consensus.bucket_bytes), consensus.instances)

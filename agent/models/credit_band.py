@@ -57,6 +57,7 @@ class BucketBand:
     observations: list[float] = field(default_factory=list)     # bytes, newest last
     contradictions: int = 0     # exhaustions that contradicted a configured bucket
     seen: int = 0               # exhaustions observed by this process (the list keeps the recent ones)
+    fleet: Optional[tuple[float, float]] = None     # the fleet's smallest and largest size for the type
 
     def observe(self, size: float, belief: float, source: str) -> bool:
         """A confirmed exhaustion at `size` bytes; True when it contradicts a configured `belief`."""
@@ -85,6 +86,8 @@ class BucketBand:
         elif source == "config":
             lo = hi = belief
             src = source
+        elif source == "fleet" and self.fleet is not None:
+            lo, hi, src = LEARNED_LOW * self.fleet[0], LEARNED_HIGH * self.fleet[1], source
         elif source in ("fleet", "learned"):
             lo, hi, src = LEARNED_LOW * belief, LEARNED_HIGH * belief, source
         else:

@@ -299,6 +299,11 @@ class CreditEstimator:
     def active(self) -> bool:
         return bool(self.baseline and self.bucket and self.bucket > 0)
 
+    def set_fleet_spread(self, spread: Optional[tuple[float, float]]) -> None:
+        """The fleet's smallest and largest size for this type (bytes), the band of a fleet belief."""
+        for b in self.buckets.values():
+            b.sizes.fleet = spread
+
     def set_forecast_window(self, seconds: float) -> None:
         """A new [credits] forecast_window (reload): applies from the next sample, history kept."""
         self.forecast_window = seconds

@@ -6,7 +6,7 @@ import json
 import math
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from agent.models.profile import BandwidthProfile
@@ -77,6 +77,10 @@ class Consensus:
     outliers: int                # instances rejected as outliers
     spread: float                # (max - min) / median of the kept values
     newest: float                # learned_at of the newest record behind it
+    # the smallest and largest kept values: the type's spread across the fleet, for the bucket's band
+    # (docs/credits.md, "The bucket as a band"); 0 when unknown
+    low: float = field(default=0.0, compare=False)
+    high: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -294,7 +298,8 @@ def consensus(records: Iterable[LearnedRecord], *, min_instances: int, now: floa
     median = statistics.median(kept.values())
     newest = max(r.learned_at for iid in kept for r in per_instance[iid])
     return Consensus(float(median), len(kept), len(values) - len(kept),
-                     (max(kept.values()) - min(kept.values())) / median, newest)
+                     (max(kept.values()) - min(kept.values())) / median, newest,
+                     low=float(min(kept.values())), high=float(max(kept.values())))
 
 
 def _agreeing(values: dict[str, float]) -> dict[str, float]:

@@ -45,6 +45,8 @@ class CreditsStep:
         self._restored = False
         self._last_raw: dict[str, tuple[Optional[int], int, int]] = {}
         self.restore_note = "fresh"
+        # The fleet's smallest and largest size for the type (bytes), set before a fleet profile is applied.
+        self.fleet_spread: Optional[tuple[float, float]] = None
         self.estimator = self._new_estimator(profile)
         self.latest: Optional[dict[str, CreditReading]] = None
         self._saved: Optional[dict[str, Any]] = None    # the estimator's state at the last save
@@ -65,6 +67,7 @@ class CreditsStep:
                                    forecast_window=self.cfg.forecast_window)
         est = CreditEstimator(profile.baseline_bytes_per_second, profile.bucket_bytes, profile.bucket_source,
                               learn=learnable, forecast_window=self.cfg.forecast_window)
+        est.set_fleet_spread(self.fleet_spread)
         learned = self.store.learned_for(profile.instance_type)
         if learned and learnable:
             est.restore({d: {"bucket_source": "learned", **v, "deficit": 0.0} for d, v in learned.items()})

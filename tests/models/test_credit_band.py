@@ -106,3 +106,20 @@ def test_the_zoo_short() -> None:
     assert not misses, misses
     quiet = [r.row() for r in rows if r.drain is None and "then idle" not in r.shape and (r.pages or r.low_pages)]
     assert not quiet, quiet
+
+
+def test_a_fleet_belief_takes_the_fleets_spread() -> None:
+    from agent.models.fleet import LearnedRecord, consensus
+
+    recs = [LearnedRecord(iid, "out", v * GBIT, 1000.0, 0.75 * GBIT, f"k{iid}")
+            for iid, v in (("i-1", 1665), ("i-2", 2700), ("i-3", 2400))]
+    c = consensus(recs, min_instances=2, now=2000.0, max_age_seconds=10_000.0)
+    assert c is not None and (c.low, c.bucket_bytes, c.high) == (1665 * GBIT, 2400 * GBIT, 2700 * GBIT)
+    est = CreditEstimator(0.75 * GBIT, c.bucket_bytes, "fleet")
+    est.set_fleet_spread((c.low, c.high))
+    r = est.update(1.0, {"out": 0.0}, {"out": 0.0}, None)["out"]
+    assert (r.bucket_low_bytes, r.bucket_high_bytes, r.band_source) == \
+        (pytest.approx(0.4 * 1665 * GBIT), pytest.approx(1.6 * 2700 * GBIT), "fleet")
+    # without the spread (an older fleet object set), the learned margins around the fleet's median
+    plain = CreditEstimator(0.75 * GBIT, c.bucket_bytes, "fleet").update(1.0, {"out": 0.0}, {"out": 0.0}, None)
+    assert plain["out"].bucket_low_bytes == pytest.approx(0.4 * 2400 * GBIT)
