@@ -286,8 +286,31 @@ def replay() -> None:
     bench(report)
 
 
+def band() -> None:
+    """The credit band's zoo at EC2 scale (tests/support/credit_band_zoo.py, issue 28): true buckets of
+    0.3x-2x of the belief, the band's coverage, the point forecast after a cycle's second onset, the page
+    before the cliff (the shipped rule every 15 s with its `for:`), pages on drains that stopped anyway."""
+    from tests.support import credit_band_zoo as bz
+
+    print("credit band at EC2 scale: the pure model against true buckets other than its belief", flush=True)
+    rows = bz.zoo()
+    print(bz.HEADER, flush=True)
+    for r in rows:
+        print(r.row() + ("" if r.ok() else " **miss**"), flush=True)
+        key = f"band {r.size} {r.shape} {r.factor:g}x{' learned' if r.learned else ''}"
+        for name, value in (("coverage", r.coverage), ("point after 2nd onset", r.point), ("lead s", r.lead)):
+            if value is not None:
+                RESULTS[f"{key}: {name}"] = value
+        RESULTS[f"{key}: pages"] = r.pages
+    for line in bz.summary(rows):
+        print("  " + line, flush=True)
+    misses = [r.row() for r in rows if not r.ok() or (r.drain is None and "then idle" not in r.shape and r.pages)]
+    if misses:
+        raise SystemExit(f"band targets missed: {misses}")
+
+
 PARTS: dict[str, Callable[[], None]] = {"overhead": overhead, "credits": credits, "zoo": zoo, "ec2": ec2,
-                                        "probes": probes, "fleet": fleet, "allowances": allowances,
+                                        "band": band, "probes": probes, "fleet": fleet, "allowances": allowances,
                                         "replay": replay}
 
 
