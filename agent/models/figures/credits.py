@@ -207,12 +207,12 @@ CREDIT_EXHAUSTION_EARLIEST_SECONDS = Figure(
         "`BurstCreditsRunningOut` pages on it ([credits.md](credits.md#the-forecast-as-a-band))",
     read=credit("exhaustion_earliest_seconds", bucket=True),
     cloudwatch=(
-        CloudWatchForm("CreditExhaustionEarliestSeconds", "Seconds", "Minimum", "direction", True,
-                       "the forecast band's early side (a bucket of the low estimate of its size) while the bucket "
-                       "drains, else 31536000 (a year, \"not draining\"): the side the exhaustion alarm pages on "
-                       "([cloudwatch.md](cloudwatch.md#which-side-of-the-band))",
-                       credit_while_draining("exhaustion_earliest_seconds", EXHAUSTION_CAP_SECONDS),
-                       rollup="Maximum"),
+        PerDirection("CreditExhaustionEarliestSeconds", "Seconds", "Minimum", True,
+                     "the forecast band's early side (a bucket of the low estimate of its size) while the bucket "
+                     "drains, else 31536000 (a year, \"not draining\"): the side the exhaustion alarm pages on "
+                     "([cloudwatch.md](cloudwatch.md#which-side-of-the-band))",
+                     credit_while_draining("exhaustion_earliest_seconds", EXHAUSTION_CAP_SECONDS),
+                     rollup="Maximum"),
     ),
     status=(StatusForm("exhaustion_earliest_seconds"),))
 CREDIT_EXHAUSTION_LATEST_SECONDS = Figure(

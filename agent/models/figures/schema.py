@@ -198,7 +198,7 @@ def credit_while_draining(field: str, cap: float) -> DirectionReader:
         r = _reading(snap, direction)
         if value is None or r is None or math.isnan(value):
             return None
-        return value if getattr(r, "draining", False) or r.exhausted else cap
+        return value if r.draining or r.exhausted else cap
     return read
 
 
