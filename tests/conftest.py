@@ -146,3 +146,11 @@ def require_root_tools(*tools: str) -> None:
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         pytest.fail(f"missing tools {missing}: `make test-deps` installs them")
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The project's container image, built once per session (tests/support/project_image.py)."""
+    from tests.support.project_image import built_image
+
+    yield from built_image(tmp_path_factory)

@@ -28,10 +28,10 @@ import yaml
 
 from tests.kubernetes.chart import CHART, CRDS, require_helm
 from tests.kubernetes.cluster import BIN, NODE, NODE_IP, PAUSE_IMAGE, Cluster, require_cluster_tools
-from tests.kubernetes.conftest import Image
 from tests.support.credit_lab import parse_metrics
 from tests.support.launch import launcher_argv, unit_env
 from tests.support.podman import build_image, podman
+from tests.support.project_image import Image
 
 pytestmark = pytest.mark.slow
 

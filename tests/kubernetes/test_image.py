@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from tests.kubernetes.conftest import Image
 from tests.support.podman import podman
+from tests.support.project_image import Image
 
 pytestmark = pytest.mark.slow
 

@@ -16,52 +16,25 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, require_root_tools, wait_until
-from tests.packaging.debroot import build, copy_tree
+from tests.conftest import ROOT, wait_until
 from tests.support.credit_lab import parse_metrics
 from tests.support.daemon_config import toml_text
 from tests.support.imds_server import FakeEni, ImdsServer, metadata_tree
 from tests.support.lab import Lab, run_in_ns
-from tests.support.podman import build_image, ensure_base_image, podman, require_podman
+from tests.support.podman import podman
+from tests.support.project_image import Image
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns]
 
-CONTAINERFILE = ROOT / "packaging" / "container" / "Containerfile"
 TASK = ROOT / "packaging" / "ecs" / "task-definition.json"
-# The Containerfile names the real registry's image; here the debootstrap base stands in for it.
-FROM_NAME = "docker.io/library/debian:12-slim"
 MAC = "0a:1b:2c:3d:4e:71"
 ENI = FakeEni(MAC, interface_id="eni-0a1b2c3d4e5f60071")
 METRICS = "http://127.0.0.1:9786/metrics"
 UID = 10786
-
-
-class Image(NamedTuple):
-    tag: str
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
-    require_podman()
-    require_root_tools("dpkg-buildpackage", "dh", "fakeroot", "dpkg-deb", "ip")
-    base = ensure_base_image()
-    tag = f"localhost/burstwatch-ecs-test:{os.getpid()}"
-    work = tmp_path_factory.mktemp("image")
-    deb = build("deb", copy_tree(work / "tree"), work / "out")
-    context = work / "context"
-    context.mkdir()
-    shutil.copy(deb, context / deb.name)
-    podman("tag", base, FROM_NAME)
-    try:
-        build_image(CONTAINERFILE, context, tag, layers=False)
-        yield Image(tag)
-    finally:
-        podman("rmi", "-f", tag, check=False)
-        podman("untag", FROM_NAME, FROM_NAME, check=False)
 
 
 def _linux_parameters(value: dict[str, Any]) -> list[str]:

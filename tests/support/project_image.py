@@ -1,5 +1,6 @@
-"""The project's image, built once per session for the image tier (test_image.py) and the cluster tier
-(test_cluster.py): from packaging/container/Containerfile on the .deb, as a user builds it."""
+"""The project's container image, built as a user builds it (packaging/container/Containerfile on the .deb),
+once per test session for every tier that runs it: the image checks and the cluster (tests/kubernetes) and
+the ECS task (tests/packaging/test_ecs_task.py). The fixture is `image` in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -24,12 +25,11 @@ class Image(NamedTuple):
     deb: Path
 
 
-@pytest.fixture(scope="session")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
+def built_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
     require_podman()
     require_root_tools("dpkg-buildpackage", "dh", "fakeroot", "dpkg-deb")
     base = ensure_base_image()
-    tag = f"localhost/burstwatch-k8s-test:{os.getpid()}"
+    tag = f"localhost/burstwatch-test:{os.getpid()}"
     work = tmp_path_factory.mktemp("image")
     deb = build("deb", copy_tree(work / "tree"), work / "out")
     context = work / "context"
