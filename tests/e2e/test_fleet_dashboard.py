@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -19,14 +18,14 @@ import pytest
 from tests.conftest import ROOT, require_root_tools
 from tests.support.daemon_config import daemon_config
 from tests.support.lab import Lab
+from tests.support.prom_lab import PROM, query, require_prometheus, start_prometheus
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 DASHBOARD = ROOT / "packaging" / "grafana" / "burstwatch-fleet-dashboard.json"
-PROMETHEUS = "/usr/bin/prometheus"
 RATE_BIT = 200_000_000  # the shaper on each side: the lab "peak"
 BASELINE_BIT = 100_000_000  # baseline_gbps below
-METRICS_PORT, PROM = 9786, "http://127.0.0.1:9090"
+METRICS_PORT = 9786
 # What Grafana sends for a variable set to "All" (the dashboard's allValue).
 ALL = ".*"
 BUDGET = 55.0  # seconds from the daemons' start to the last query
@@ -53,18 +52,6 @@ def _targets(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
     return [(f'{p["title"]} [{t["refId"]}]', _substitute(t["expr"])) for p in dashboard["panels"] for t in p["targets"]]
 
 
-def _query(lab: Lab, ns: str, expr: str) -> list[dict[str, Any]]:
-    url = f"{PROM}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    try:
-        doc = json.loads(lab.http_get(ns, url))
-    except OSError as exc:   # urllib's HTTPError: a 400 carries Prometheus' parse error
-        body = exc.read().decode() if hasattr(exc, "read") else ""
-        raise AssertionError(f"{expr!r}: {exc} {body}") from exc
-    assert doc["status"] == "success", (expr, doc)
-    assert doc["data"]["resultType"] == "vector", (expr, doc["data"]["resultType"])
-    return doc["data"]["result"]  # type: ignore[no-any-return]
-
-
 def _variable_values(lab: Lab, ns: str, query: str) -> set[str]:
     """label_values(<selector>, <label>) as Grafana asks Prometheus for it."""
     m = re.fullmatch(r"label_values\((.+), (\w+)\)", query)
@@ -75,8 +62,7 @@ def _variable_values(lab: Lab, ns: str, query: str) -> set[str]:
 
 def test_every_fleet_panel_returns_series(tmp_path: Path) -> None:
     require_root_tools("ip", "tc")
-    if not Path(PROMETHEUS).exists() or shutil.which("promtool") is None:
-        pytest.fail("prometheus missing: `make test-deps` installs Debian's prometheus package")
+    require_prometheus()
     dashboard = json.loads(DASHBOARD.read_text())
     targets = _targets(dashboard)
     assert len(targets) >= 10
@@ -93,30 +79,17 @@ def test_every_fleet_panel_returns_series(tmp_path: Path) -> None:
             cfg = _config(tmp_path, name, addr, peer, itype, bucket)
             lab.popen(ns, sys.executable, "-m", "agent", "run", "--config", str(cfg), cwd=str(ROOT),
                       stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{name}.log", "wb"))
-        prom_cfg = tmp_path / "prometheus.yml"
-        prom_cfg.write_text(f"""
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: burstwatch
-    static_configs:
-      - targets: ["10.96.0.1:{METRICS_PORT}", "10.96.0.2:{METRICS_PORT}"]
-""")
-        lab.popen(a, PROMETHEUS, f"--config.file={prom_cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                  "--web.listen-address=127.0.0.1:9090", "--log.level=warn",
-                  stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
-        lab.wait_http(a, f"{PROM}/-/ready", timeout=20)
+        start_prometheus(lab, a, [f"10.96.0.{i}:{METRICS_PORT}" for i in (1, 2)], tmp_path)
 
         # Probe rounds start at a random offset in [0, interval) and collide now and then (each side
         # answers "busy" while its own probe runs): poll until every panel has series, within the budget.
         empty = [title for title, _ in targets]
         while empty and time.monotonic() - started < BUDGET:
             time.sleep(1.0)
-            empty = [title for title, expr in targets if not _query(lab, a, expr)]
+            empty = [title for title, expr in targets if not query(lab, a, expr)]
         assert not empty, f"panels without series after {BUDGET}s: {empty}; logs in {tmp_path}"
 
-        results = {title: _query(lab, a, expr) for title, expr in targets}
+        results = {title: query(lab, a, expr) for title, expr in targets}
         instances = {f"10.96.0.{i}:{METRICS_PORT}" for i in (1, 2)}
         variables = {v["name"]: v for v in dashboard["templating"]["list"]}
         assert _variable_values(lab, a, variables["job"]["query"]) == {"burstwatch"}

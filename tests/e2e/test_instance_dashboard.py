@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -23,13 +22,13 @@ from tests.conftest import ROOT, require_root_tools
 from tests.support.daemon_config import daemon_config
 from tests.support.imds_server import FakeEni, ImdsServer, metadata_tree
 from tests.support.lab import Lab, run_in_ns
+from tests.support.prom_lab import PROM, query, require_prometheus, start_prometheus
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 DASHBOARD = ROOT / "packaging" / "grafana" / "burstwatch-dashboard.json"
-PROMETHEUS = "/usr/bin/prometheus"
 RATE_BIT = 200_000_000      # the shaper on each side: the lab "peak"
-METRICS_PORT, PROM = 9786, "http://127.0.0.1:9090"
+METRICS_PORT = 9786
 A, B = f"10.97.0.1:{METRICS_PORT}", f"10.97.0.2:{METRICS_PORT}"
 MAC_A = "0a:1b:2c:3d:4e:61"
 ENI_A = FakeEni(MAC_A, interface_id="eni-0a1b2c3d4e5f60061")
@@ -51,18 +50,6 @@ def _substitute(expr: str, instance: str) -> str:
     return out
 
 
-def _query(lab: Lab, ns: str, expr: str) -> list[dict[str, Any]]:
-    url = f"{PROM}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    try:
-        doc = json.loads(lab.http_get(ns, url))
-    except OSError as exc:   # urllib's HTTPError: a 400 carries Prometheus' parse error
-        body = exc.read().decode() if hasattr(exc, "read") else ""
-        raise AssertionError(f"{expr!r}: {exc} {body}") from exc
-    assert doc["status"] == "success", (expr, doc)
-    assert doc["data"]["resultType"] == "vector", (expr, doc["data"]["resultType"])
-    return doc["data"]["result"]  # type: ignore[no-any-return]
-
-
 def _exported(text: str) -> set[str]:
     """The families with at least one sample in a /metrics body."""
     return {re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line and not line.startswith("#")}
@@ -74,8 +61,7 @@ def _families(expr: str) -> set[str]:
 
 def test_every_instance_panel_returns_series(tmp_path: Path) -> None:
     require_root_tools("ip", "tc")
-    if not Path(PROMETHEUS).exists() or shutil.which("promtool") is None:
-        pytest.fail("prometheus missing: `make test-deps` installs Debian's prometheus package")
+    require_prometheus()
     dashboard = json.loads(DASHBOARD.read_text())
     targets = [(f'{p["title"]} [{t["refId"]}]', t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
     assert len(targets) >= 14
@@ -108,20 +94,7 @@ def test_every_instance_panel_returns_series(tmp_path: Path) -> None:
             for ns, name, cfg in ((a, "a", cfg_a), (b, "b", cfg_b)):
                 lab.popen(ns, sys.executable, "-m", "agent", "run", "--config", str(cfg), cwd=str(ROOT),
                           stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{name}.log", "wb"))
-            prom_cfg = tmp_path / "prometheus.yml"
-            prom_cfg.write_text(f"""
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: burstwatch
-    static_configs:
-      - targets: ["{A}", "{B}"]
-""")
-            lab.popen(a, PROMETHEUS, f"--config.file={prom_cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                      "--web.listen-address=127.0.0.1:9090", "--log.level=warn",
-                      stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
-            lab.wait_http(a, f"{PROM}/-/ready", timeout=20)
+            start_prometheus(lab, a, [A, B], tmp_path)
             lab.wait_http(a, f"http://{A}/metrics", timeout=20)
 
             # $instance as Grafana fills it in: one instance (the one with IMDS and probes), and All.
@@ -135,7 +108,7 @@ scrape_configs:
             # every family but the ENA-only ones is exported and every query reading exported ones has series.
             while time.monotonic() - started < BUDGET:
                 exported = _exported(lab.http_get(a, f"http://{A}/metrics"))
-                empty = [title for title, expr, fams in queries if fams <= exported and not _query(lab, a, expr)]
+                empty = [title for title, expr, fams in queries if fams <= exported and not query(lab, a, expr)]
                 if not empty and read - exported <= NOT_ON_VETH:
                     break
                 time.sleep(1.0)
@@ -147,7 +120,7 @@ scrape_configs:
         # The only families a query reads that the daemon does not export are the ENA-only ones; every other
         # query returned series above.
         assert read - exported == NOT_ON_VETH, read - exported
-        results = {title: _query(lab, a, expr) for title, expr, _ in queries}
+        results = {title: query(lab, a, expr) for title, expr, _ in queries}
         assert all(results[t] for t, _, fams in queries if fams <= exported)
 
         values = set(json.loads(lab.http_get(a, f"{PROM}/api/v1/label/instance/values?" + urllib.parse.urlencode(
