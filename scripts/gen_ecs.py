@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "packaging" / "ecs"
 IAM = ROOT / "packaging" / "kubernetes" / "iam"
 sys.path.insert(0, str(ROOT))
+from docregion import write_files  # noqa: E402 (beside this script)
+
 from agent import __version__  # noqa: E402 (the image tag is the agent's version, as the chart's appVersion)
 
 FAMILY = "burstwatch"
@@ -167,21 +169,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--region", default="REGION")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    stale = []
-    for path, text in expected(args.account, args.region, args.out).items():
-        current = path.read_text(encoding="utf-8") if path.exists() else None
-        if current == text:
-            continue
-        if args.check:
-            stale.append(str(path))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path}")
-    if stale:
-        print("stale (run scripts/gen_ecs.py): " + ", ".join(stale), file=sys.stderr)
-        return 1
-    return 0
+    return write_files(expected(args.account, args.region, args.out), args.check, "scripts/gen_ecs.py")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from docregion import write_files  # beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "packaging" / "helm" / "burstwatch"
 OUT = ROOT / "packaging" / "kubernetes"
@@ -91,21 +93,7 @@ def main(argv: list[str]) -> int:
         # The chart renders its PrometheusRule from this copy: refresh it before rendering the manifests.
         CHART_RULES.write_text(RULES.read_text(encoding="utf-8"), encoding="utf-8")
         print(f"wrote {CHART_RULES.relative_to(ROOT)}")
-    stale = []
-    for path, text in expected().items():
-        current = path.read_text(encoding="utf-8") if path.exists() else None
-        if current == text:
-            continue
-        if check:
-            stale.append(str(path.relative_to(ROOT)))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(ROOT)}")
-    if stale:
-        print("stale (run scripts/gen_kubernetes.py): " + ", ".join(stale), file=sys.stderr)
-        return 1
-    return 0
+    return write_files(expected(), check, "scripts/gen_kubernetes.py", lambda p: str(p.relative_to(ROOT)))
 
 
 if __name__ == "__main__":
