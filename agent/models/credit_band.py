@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from agent.models.units import bytes_to_gbit, gbit_to_bytes
+
 INF = math.inf
 
 # The prior, in multiples of one hour of baseline (the default belief), before any exhaustion was seen: the
@@ -96,12 +98,12 @@ class BucketBand:
 
     # -- persistence: "a b c" in Gbit, compact for the state file's budget --------------------------------
     def to_state(self) -> str:
-        return " ".join(f"{v * 8 / 1e9:.4g}" for v in self.observations)
+        return " ".join(f"{bytes_to_gbit(v):.4g}" for v in self.observations)
 
     def restore(self, text: Any) -> None:
         """Load what to_state() wrote; anything unreadable (an older file has nothing) leaves it empty."""
         try:
-            values = [float(v) * 1e9 / 8 for v in str(text or "").split()]
+            values = [gbit_to_bytes(float(v)) for v in str(text or "").split()]
         except ValueError:
             values = []
         self.observations = [v for v in values if math.isfinite(v) and v > 0][-OBSERVATIONS_KEPT:]
