@@ -13,12 +13,14 @@ from agent.models.units import DIRECTIONS
 
 INF = math.inf
 
-# The shipped rules (packaging/prometheus/burstwatch.rules.yml), evaluated on every replayed sample: the
-# horizon and each `for:` are the EC2 defaults there. tests/e2e/test_replay_zoo.py evaluates the file itself
-# with a real Prometheus over the same figures and compares the pages.
-RUNNING_OUT_HORIZON = 600.0     # BurstCreditsRunningOut: "< 600"
+# The shipped rules (packaging/prometheus/burstwatch.rules.yml) in Python, the one form every replayed sample and
+# the band's zoo (tests/support/credit_band_zoo.py) evaluate: the horizons, the ratio and each `for:` are the
+# EC2 defaults there. tests/e2e/test_replay_openmetrics.py evaluates the file itself with a real Prometheus over
+# the same figures and compares the pages.
+RUNNING_OUT_HORIZON = 600.0     # BurstCreditsRunningOut: the point forecasts "< 600"
+EARLY_HORIZON = 180.0           # and the band's early side "< 180" while draining
 RUNNING_OUT_FOR = 60.0          # its `for: 1m`
-LOW_RATIO = 0.2                 # BurstCreditsLow: burstwatch_credit_remaining_ratio < 0.2
+LOW_RATIO = 0.2                 # BurstCreditsLow: (remaining_low_ratio or remaining_ratio) < 0.2
 LOW_FOR = 120.0                 # its `for: 2m`
 # "Sustained demand" is the highest mean rate over this long: one default bucket's worth of baseline
 # (agent/models/profile.py DEFAULT_BUCKET_SECONDS), so anything shorter is a burst the bucket can carry.
@@ -29,20 +31,35 @@ SHAPED_STATES = ("exhausted", "empty")
 
 
 def running_out_value(r: CreditReading) -> float:
-    """BurstCreditsRunningOut's expression before "< 600": the sooner of the two forecasts
-    (`(exhaustion <= trend) or trend or exhaustion`), and of the band's early side where the model has one
-    (issue 28 moves the rule there; tests/e2e/test_replay_openmetrics.py holds this to the shipped file)."""
-    earliest = getattr(r, "exhaustion_earliest_seconds", None)
-    value = min(r.exhaustion_seconds, r.exhaustion_trend_seconds)
-    return value if earliest is None else min(value, float(earliest))
+    """The sooner point forecast, BurstCreditsRunningOut's `(exhaustion <= trend) or trend or exhaustion`
+    before its "< 600"."""
+    return min(r.exhaustion_seconds, r.exhaustion_trend_seconds)
+
+
+def running_out_early(r: CreditReading) -> bool:
+    """The rule's band side: `exhaustion_earliest_seconds < 180 and draining == 1`."""
+    return r.draining and r.exhaustion_earliest_seconds < EARLY_HORIZON
 
 
 def running_out(r: CreditReading) -> bool:
+    """BurstCreditsRunningOut's whole expression: the band's early side or the sooner point forecast, while
+    the bucket is not exhausted (`and burstwatch_credit_exhausted == 0`)."""
+    return (running_out_early(r) or running_out_value(r) < RUNNING_OUT_HORIZON) and not r.exhausted
+
+
+def running_out_point(r: CreditReading) -> bool:
+    """The rule before the band (the point forecasts only): what the band's zoo compares against."""
     return running_out_value(r) < RUNNING_OUT_HORIZON and not r.exhausted
 
 
+def low_ratio_value(r: CreditReading) -> Optional[float]:
+    """BurstCreditsLow's `burstwatch_credit_remaining_low_ratio or burstwatch_credit_remaining_ratio`."""
+    return r.remaining_low_ratio if r.remaining_low_ratio is not None else r.ratio
+
+
 def credits_low(r: CreditReading) -> bool:
-    return r.ratio is not None and r.ratio < LOW_RATIO
+    v = low_ratio_value(r)
+    return v is not None and v < LOW_RATIO
 
 
 @dataclass

@@ -15,13 +15,18 @@ import math
 import statistics
 from typing import Callable, Optional
 
+from agent.models.credit_model import CreditReading
+from agent.models.replay import (
+    LOW_FOR,
+    RUNNING_OUT_FOR,
+    AlertRule,
+    credits_low,
+    running_out,
+    running_out_point,
+)
 from tests.support import credit_ec2 as ce
 
 SCRAPE = 15.0                # Prometheus' evaluation interval
-HORIZON = 600.0              # BurstCreditsRunningOut's "< 600" on the point forecasts
-EARLY_HORIZON = 180.0        # and its "< 180" on the band's early side
-FOR_SECONDS = 60.0           # and its `for: 1m`
-LOW_RATIO, LOW_FOR = 0.2, 120.0     # BurstCreditsLow's "< 0.2" and `for: 2m`
 COVERAGE_TARGET = 0.9
 POINT_TARGET = 0.8
 LEAD_TARGET = 60.0           # when the drain lasts LONG_DRAIN or more
@@ -29,47 +34,23 @@ LONG_DRAIN = 180.0
 GBIT = ce.GBIT
 
 
-def rule_fires(samples: list[ce.Sample], value: Callable[[ce.Sample], Optional[float]], threshold: float,
-               hold: float) -> list[float]:
-    """The evaluation times at which an alert `value < threshold` held for `hold` fires: evaluated every SCRAPE
-    seconds on the newest sample (a scrape), pending from its first true evaluation, firing once `hold` has
-    passed since (Prometheus' rule manager)."""
+def rule_fires(samples: list[ce.Sample], holds: Callable[[CreditReading], bool], hold: float) -> list[float]:
+    """The evaluation times at which an alert whose expression `holds` and whose `for:` is `hold` is firing:
+    evaluated every SCRAPE seconds on the newest sample (a scrape), by agent/models/replay.py's AlertRule (the
+    Python form of the shipped rules the replay counts pages with)."""
     out: list[float] = []
     if not samples:
         return out
-    active: Optional[float] = None
+    rule = AlertRule("", hold)
     k, t = 0, samples[0].t
     while t <= samples[-1].t + 1e-9:
         while k + 1 < len(samples) and samples[k + 1].t <= t + 1e-9:
             k += 1
-        v = value(samples[k])
-        if v is not None and v < threshold:
-            active = t if active is None else active
-            if t - active >= hold - 1e-9:
-                out.append(t)
-        else:
-            active = None
+        rule.observe(t, holds(samples[k].reading))
+        if rule.firing:
+            out.append(t)
         t += SCRAPE
     return out
-
-
-def running_out(s: ce.Sample) -> Optional[float]:
-    """BurstCreditsRunningOut's expression as 0 (holds) or None (does not): the band's early side under
-    EARLY_HORIZON while the bucket drains, or the sooner point forecast under HORIZON; not exhausted."""
-    r = s.reading
-    early = r.draining and r.exhaustion_earliest_seconds < EARLY_HORIZON
-    point = min(r.exhaustion_seconds, r.exhaustion_trend_seconds) < HORIZON
-    return 0.0 if (early or point) and not r.exhausted else None
-
-
-def point_only(s: ce.Sample) -> Optional[float]:
-    """The rule before the band (the sooner point forecast under HORIZON), for comparison."""
-    r = s.reading
-    return 0.0 if min(r.exhaustion_seconds, r.exhaustion_trend_seconds) < HORIZON and not r.exhausted else None
-
-
-def low_ratio(s: ce.Sample) -> Optional[float]:
-    return s.reading.remaining_low_ratio
 
 
 def episodes(times: list[float]) -> int:
@@ -139,11 +120,11 @@ def _onsets(demand: ce.Pieces, seconds: float) -> list[float]:
 
 def judge(d: Drain, samples: list[ce.Sample], start: float, empty: Optional[float],
           onsets: Optional[list[float]] = None) -> Drain:
-    fires = rule_fires(samples, running_out, 1.0, FOR_SECONDS)
+    fires = rule_fires(samples, running_out, RUNNING_OUT_FOR)
     d.pages = episodes(fires)
-    point_fires = rule_fires(samples, point_only, 1.0, FOR_SECONDS)
+    point_fires = rule_fires(samples, running_out_point, RUNNING_OUT_FOR)
     d.pages_point = episodes(point_fires)
-    d.low_pages = episodes(rule_fires(samples, low_ratio, LOW_RATIO, LOW_FOR))
+    d.low_pages = episodes(rule_fires(samples, credits_low, LOW_FOR))
     if empty is None:
         return d
     d.drain = empty - start
