@@ -16,7 +16,7 @@ from agent.commands.replay_options import ReplayError
 from agent.exporters.credit_view import CreditView
 from agent.exporters.openmetrics_file import OpenMetricsFile
 from agent.models import catalogue
-from agent.models.credit_model import CreditEstimator, CreditReading
+from agent.models.credit_model import CreditEstimator, CreditReading, estimator_for
 from agent.models.profile import DEFAULT_BUCKET_SECONDS, GBIT, BandwidthProfile, resolve_profile
 from agent.models.replay import Candidate, SizeFit, TypeSummary
 from agent.models.shaping import ShapingReading
@@ -35,12 +35,10 @@ class ReplaySnapshot:
 
 
 def new_estimator(profile: BandwidthProfile, credits: configmod.CreditsConfig) -> CreditEstimator:
-    """The estimator the daemon starts with for `profile` (agent/credits/feed.py CreditTracker), without a
-    state file: a replay starts from a full bucket and what the profile believes."""
-    learnable = credits.learn and (profile.bucket_source != "config" or not credits.trust_configured_bucket)
-    bucket = profile.bucket_bytes if profile.bursts else None
-    return CreditEstimator(profile.baseline_bytes_per_second, bucket, profile.bucket_source, learn=learnable,
-                           forecast_window=credits.forecast_window)
+    """The estimator the daemon starts with for `profile` (agent/models/credit_model.py estimator_for, as
+    agent/sampling/credits.py builds it) on a fresh state directory without a fleet: a replay starts from a
+    full bucket, the profile's belief and its prior band."""
+    return estimator_for(profile, credits)
 
 
 class TypeRun:

@@ -6,7 +6,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from agent.models.credit_band import BucketBand, band_forecast
 from agent.models.credit_evidence import (
@@ -19,8 +19,11 @@ from agent.models.credit_evidence import (
     near_baseline,
 )
 from agent.models.credit_trend import DEFAULT_FORECAST_WINDOW, TrendForecast
-from agent.models.profile import DEFAULT_BUCKET_SECONDS
+from agent.models.profile import DEFAULT_BUCKET_SECONDS, BandwidthProfile
 from agent.models.units import DIRECTIONS
+
+if TYPE_CHECKING:
+    from agent.config import CreditsConfig
 
 INF = math.inf
 log = logging.getLogger(__name__)
@@ -382,3 +385,26 @@ class CreditEstimator:
                     "learn_method": b.learner.learn_method, "sizes": b.sizes.to_state(),
                     "bucket_source": b.learner.bucket_source}
                 for d, b in self.buckets.items() if b.learner.bucket_source == "learned" or b.sizes.observations}
+
+
+def learnable(profile: BandwidthProfile, cfg: CreditsConfig) -> bool:
+    """A configured bucket is fixed unless credits.trust_configured_bucket = false."""
+    return cfg.learn and (profile.bucket_source != "config" or not cfg.trust_configured_bucket)
+
+
+def estimator_for(profile: BandwidthProfile, cfg: CreditsConfig, fleet_spread: Optional[tuple[float, float]] = None,
+                  learned: Optional[dict[str, dict[str, Any]]] = None) -> CreditEstimator:
+    """The estimator for `profile` and [credits], built one way for the daemon (agent/sampling/credits.py) and
+    `burstwatch replay` (agent/commands/replay.py): full buckets of the profile's belief with its prior band,
+    the fleet's spread of the type's sizes (bytes) and the sizes learned for the type (learned-buckets.json
+    entries by direction) when there are any and learning may use them."""
+    can_learn = learnable(profile, cfg)
+    if not profile.bursts:
+        return CreditEstimator(profile.baseline_bytes_per_second, None, profile.bucket_source, learn=can_learn,
+                               forecast_window=cfg.forecast_window)
+    est = CreditEstimator(profile.baseline_bytes_per_second, profile.bucket_bytes, profile.bucket_source,
+                          learn=can_learn, forecast_window=cfg.forecast_window)
+    est.set_fleet_spread(fleet_spread)
+    if learned and can_learn:
+        est.restore({d: {"bucket_source": "learned", **v, "deficit": 0.0} for d, v in learned.items()})
+    return est

@@ -12,7 +12,13 @@ from typing import Any, Callable, Optional
 
 from agent.config import CreditsConfig
 from agent.models.counters import CounterTracker, InterfaceDelta
-from agent.models.credit_model import SAVE_MOVEMENT_FRACTION, CreditEstimator, CreditReading
+from agent.models.credit_model import (
+    SAVE_MOVEMENT_FRACTION,
+    CreditEstimator,
+    CreditReading,
+    estimator_for,
+    learnable,
+)
 from agent.models.profile import BandwidthProfile
 from agent.models.shaping import ShapingReading
 from agent.models.units import bytes_to_gbit
@@ -57,21 +63,11 @@ class CreditsStep:
 
     # -- profile and learned sizes --------------------------------------------------------------
     def _learnable(self, profile: BandwidthProfile) -> bool:
-        """A configured bucket is fixed unless credits.trust_configured_bucket = false."""
-        return self.cfg.learn and (profile.bucket_source != "config" or not self.cfg.trust_configured_bucket)
+        return learnable(profile, self.cfg)
 
     def _new_estimator(self, profile: BandwidthProfile) -> CreditEstimator:
-        learnable = self._learnable(profile)
-        if not profile.bursts:
-            return CreditEstimator(profile.baseline_bytes_per_second, None, profile.bucket_source, learn=learnable,
-                                   forecast_window=self.cfg.forecast_window)
-        est = CreditEstimator(profile.baseline_bytes_per_second, profile.bucket_bytes, profile.bucket_source,
-                              learn=learnable, forecast_window=self.cfg.forecast_window)
-        est.set_fleet_spread(self.fleet_spread)
-        learned = self.store.learned_for(profile.instance_type)
-        if learned and learnable:
-            est.restore({d: {"bucket_source": "learned", **v, "deficit": 0.0} for d, v in learned.items()})
-        return est
+        learned = self.store.learned_for(profile.instance_type) if profile.bursts else None
+        return estimator_for(profile, self.cfg, self.fleet_spread, learned)
 
     def set_profile(self, profile: BandwidthProfile) -> None:
         """A new profile (reload): keep each direction's deficit, re-clamped to the new bucket."""

@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
+from agent.commands.replay import new_estimator
+from agent.config import CreditsConfig
+from agent.models.profile import BandwidthProfile
+from agent.sampling.credits import CreditsStep
 from tests.support.replay_traces import GBIT, Phase, Trace, TrueBucket, on_off, steady, write_trace
 
 R4L = dict(baseline=0.75 * GBIT, peak=10 * GBIT)
@@ -118,3 +122,23 @@ def test_60_s_300_s_and_irregular_intervals_replay_the_same_drain(tmp_path: Path
         assert o["first_shaping_signal"] is not None and o["lowest_ratio"] == 0.0, name
         assert o["pages"]["BurstCreditsRunningOut"]["count"] >= 1, name
         assert o["pages"]["BurstCreditsRunningOut"]["first"] < empty, name
+
+
+@pytest.mark.parametrize("source", ["default", "config"])
+@pytest.mark.parametrize("cfg", [CreditsConfig(), CreditsConfig(learn=False, forecast_window=30.0),
+                                 CreditsConfig(trust_configured_bucket=False)],
+                         ids=["defaults", "no-learn", "untrusted"])
+def test_replay_builds_the_estimator_the_daemon_builds_on_a_fresh_state_directory(
+        tmp_path: Path, source: str, cfg: CreditsConfig) -> None:
+    """The same prior band, bucket, learning and window as agent/sampling/credits.py's step, sample after sample."""
+    profile = BandwidthProfile("r4.large", 0.75 * GBIT, 10 * GBIT, 2700 * GBIT, "catalogue", "catalogue", source)
+    daemon = CreditsStep(profile, str(tmp_path), cfg, procfs=str(tmp_path)).estimator
+    mine = new_estimator(profile, cfg)
+    assert mine.learn == daemon.learn and mine.forecast_window == daemon.forecast_window == cfg.forecast_window
+    assert mine.to_state() == daemon.to_state()
+    for k in range(400):
+        rate = 4 * GBIT if 60 <= k < 380 else 0.1 * GBIT
+        a = mine.update(1.0, {"in": 0.0, "out": rate}, {"in": 0.0, "out": rate}, {"in": 0, "out": 0})
+        b = daemon.update(1.0, {"in": 0.0, "out": rate}, {"in": 0.0, "out": rate}, {"in": 0, "out": 0})
+        assert a == b, k
+    assert a["out"].exhaustion_earliest_seconds < a["out"].exhaustion_latest_seconds
