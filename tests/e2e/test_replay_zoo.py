@@ -1,7 +1,6 @@
 """The zoo at EC2's scale through `burstwatch replay --openmetrics`, the shipped rules evaluated by a real
 Prometheus at 15-s steps (tests/support/replay_zoo.py). `make test` runs the short zoo; `make bench
-BENCH=replay` the whole table. The band's and the point forecast's targets need the band families of issue
-28's model: without them those tests skip saying so."""
+BENCH=replay` the whole table."""
 
 from __future__ import annotations
 
@@ -26,10 +25,6 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[rz.Case
     yield cases, figs
 
 
-def has_band(cases: list[rz.Case]) -> bool:
-    return all(c.band for c in cases)
-
-
 def test_the_zoo_ran_every_shape(zoo: tuple[list[rz.Case], list[rz.DrainFigures]]) -> None:
     cases, figs = zoo
     assert {c.kind for c in cases} == {"drain", "quiet", "learned"}
@@ -39,29 +34,23 @@ def test_the_zoo_ran_every_shape(zoo: tuple[list[rz.Case], list[rz.DrainFigures]
 
 def test_drains_on_a_bucket_the_agent_believes_page_a_minute_before_the_cliff(
         zoo: tuple[list[rz.Case], list[rz.DrainFigures]]) -> None:
-    assert rz.failures(zoo[1], band=False)["page"] == []
+    assert rz.failures(zoo[1])["page"] == []
 
 
 def test_traffic_at_or_under_the_baseline_never_pages(zoo: tuple[list[rz.Case], list[rz.DrainFigures]]) -> None:
     figs = [f for f in zoo[1] if f.kind == "quiet"]
-    assert figs and rz.failures(zoo[1], band=False)["quiet"] == []
+    assert figs and rz.failures(zoo[1])["quiet"] == []
 
 
 def test_drains_on_a_bucket_smaller_or_larger_than_believed_page_before_the_cliff(
         zoo: tuple[list[rz.Case], list[rz.DrainFigures]]) -> None:
-    if not has_band(zoo[0]):
-        pytest.skip(rz.NEEDS_BAND)
-    assert rz.failures(zoo[1], band=True)["page-band"] == []
+    assert rz.failures(zoo[1])["page-band"] == []
 
 
 def test_the_band_holds_the_true_empty_moment(zoo: tuple[list[rz.Case], list[rz.DrainFigures]]) -> None:
-    if not has_band(zoo[0]):
-        pytest.skip(rz.NEEDS_BAND)
-    assert rz.failures(zoo[1], band=True)["band"] == []
+    assert rz.failures(zoo[1])["band"] == []
 
 
 def test_the_point_forecast_is_right_after_the_second_onset_when_the_bucket_is_the_belief(
         zoo: tuple[list[rz.Case], list[rz.DrainFigures]]) -> None:
-    if not has_band(zoo[0]):
-        pytest.skip(rz.NEEDS_BAND)
-    assert rz.failures(zoo[1], band=True)["point"] == []
+    assert rz.failures(zoo[1])["point"] == []
