@@ -223,10 +223,14 @@ class Bucket:
     def _settle(self, rate: float, shaped: Optional[bool], learn: bool) -> CreditState:
         """Where a free deficit lands. Past the bucket it stops there, unless the traffic runs above the band
         with a shaping source to say so: an empty real bucket would hold it at the baseline, so the real
-        bucket is larger (docs/credits.md, "Learning the bucket")."""
+        bucket is larger (docs/credits.md, "Learning the bucket"). A pause within an overrun refills from the
+        deficit the overrun showed: clamping it there would start every burst of a cyclic drain from the
+        model's bucket, so its overrun never passed the margin and the real exhaustion confirmed the old size."""
         if self.deficit > self.bucket:
             if learn and shaped is not None and rate > NEAR_BASELINE_HIGH * self.baseline:
                 self.bucket = self.learner.at_overrun(self.bucket, self.deficit)
+                return CreditState.OVERRUN
+            if self.state is CreditState.OVERRUN and rate <= self.baseline:
                 return CreditState.OVERRUN
             self.deficit = self.bucket
         return self._level()

@@ -196,6 +196,24 @@ def test_a_model_bucket_too_small_overruns_then_exhausts() -> None:
     assert samples[-1].reading.learn_method == "exhaustion"
 
 
+def test_a_cyclic_drain_past_a_model_bucket_too_small_learns_through_its_pauses() -> None:
+    """Bursts above the band that each overrun the bucket by less than the margin, with pauses between them
+    that refill less than they overran: the pauses keep the overrun's deficit, so it passes the margin and the
+    bucket grows (clamped at the bucket in each pause, it would stay at 1040 forever and never learn)."""
+    b = Bucket(BUCKET, BASELINE)
+    for _ in range(25):
+        b.step(1.0, 140.0, 140.0, False)                     # net +40 per second: at the bucket after 25 s
+    assert b.deficit == BUCKET and b.bucket == BUCKET
+    seen = []
+    for _ in range(4):
+        b.step(1.0, 140.0, 140.0, False)                     # +40: past the bucket, above the band, unshaped
+        seen.append(b.state)
+        b.step(1.0, 90.0, 90.0, False)                       # -10: a pause that refills less
+        seen.append(b.state)
+    assert seen[:3] == [CreditState.OVERRUN] * 3
+    assert b.learner.learn_method == "unshaped_overrun" and b.bucket >= BUCKET + AGREEMENT * BUCKET
+
+
 def test_without_a_shaping_source_a_spent_model_is_empty_never_exhausted() -> None:
     w = world(model_bucket=LAB_BUCKET / 2, shaping=False)
     samples = w.run_until_empty(steady(FULL_SPEED), 10)[0] + w.run(steady(FULL_SPEED), 2.0)
