@@ -103,7 +103,7 @@ class Daemon:
         self.install_signals()
         a = self.setup()
         assert a.sampler is not None and self.server is not None
-        a.sampler.step()                         # READY only once there is a first sample ...
+        a.sampler.sample()                         # READY only once there is a first sample ...
         self.server.start()                      # ... and the endpoint answers
         for svc in a.services:
             svc.start()
@@ -126,13 +126,13 @@ class Daemon:
             now = time.monotonic()
             if now < next_tick:
                 continue
-            snap = a.sampler.step()
+            snap = a.sampler.sample()
             if a.cloudwatch is not None:
                 try:
                     a.cloudwatch.observe(snap)      # copies figures into its aggregator; no network here
                 except Exception:
                     log.exception("cloudwatch observe failed")
-            # Ticks are anchored to the schedule, not to the end of the step, so the interval does not
+            # Ticks are anchored to the schedule, not to the end of the sample, so the interval does not
             # drift; after a stall (suspend, overload) it skips ahead instead of bursting.
             next_tick += self.cfg.sample_interval
             if next_tick < now:

@@ -195,7 +195,7 @@ def build(cfg: configmod.Config, config_path: Optional[str], paths: Paths,
             watcher.poll()   # one listdir per sample: ENIs attached or detached while running
         return a.interfaces
 
-    # The sampling pipeline: netdev -> ethtool -> shaping -> credits -> allowances, in Sampler.step's one order.
+    # The sampling pipeline: netdev -> ethtool -> shaping -> credits -> allowances, in Sampler.sample's one order.
     reader = IoctlEthtoolReader()
     a.shutdown_hooks.append(reader.close)
     a.ethtool = EthtoolStep(interfaces, reader, include=cfg.metrics.ethtool_include)

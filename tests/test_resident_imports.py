@@ -37,7 +37,7 @@ enabled = false
 ''')
 d = Daemon(cfg, None)
 a = d.setup()
-a.sampler.step(); a.sampler.step()
+a.sampler.sample(); a.sampler.sample()
 checks = [s for s in a.services if s.name == "checks"][0]
 state = checks.run_once(include_slow=False)
 print(len(state.verdicts) > 0, "pyroute2" in sys.modules, "boto3" in sys.modules, "botocore" in sys.modules)

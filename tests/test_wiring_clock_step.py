@@ -56,7 +56,7 @@ def _restored(host: Host, state: Path, boot: float, wall_step: float, monkeypatc
         m.setattr(time, "time", lambda: real() + wall_step)
         a = _agent(host, state, lambda: boot)
         assert a.sampler is not None and a.credits is not None
-        a.sampler.step()                                  # the first sample restores the saved state
+        a.sampler.sample()                                  # the first sample restores the saved state
         assert a.credits.restore_note == "restored"
         return a.credits.estimator.to_state()
 
@@ -73,7 +73,7 @@ def test_a_wall_clock_step_during_downtime_leaves_the_gap_accounting_alone(
     rx = tx = 10**9
     for _ in range(21):
         host.set(rx, tx)
-        a.sampler.step()
+        a.sampler.sample()
         time.sleep(0.1)
         boot[0] += 0.1
         rx += 12 * 10**7

@@ -61,7 +61,7 @@ class Clock:
 def sample(a: Agent, clock: Clock) -> dict[str, float]:
     assert a.sampler is not None
     clock.t += STEP
-    a.sampler.step()
+    a.sampler.sample()
     return parse_metrics(generate_latest(build_registry(a.views)).decode())
 
 

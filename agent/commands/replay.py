@@ -59,7 +59,7 @@ class TypeRun:
         self.shaping_total = {"in": 0, "out": 0}
         self.view = CreditView(lambda: cast(Any, self.snap), lambda: "ethtool", lambda: "fresh")
 
-    def step(self, row: TraceRow) -> dict[str, CreditReading]:
+    def feed(self, row: TraceRow) -> dict[str, CreditReading]:
         nbytes = {"in": row.in_bytes, "out": row.out_bytes}
         rates = {d: v / row.dt for d, v in nbytes.items()}
         # As the daemon: the increase of bw_*_allowance_exceeded per direction, None without a shaping source.
@@ -127,7 +127,7 @@ def replay(args: argparse.Namespace) -> list[TypeSummary]:
             for fit in fits.values():
                 fit.observe(row.dt, row.in_bytes, row.out_bytes)
             for run in runs:
-                run.step(row)
+                run.feed(row)
             if om is not None:
                 om.add(row.t, first.families())
     except BaseException:

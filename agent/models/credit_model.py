@@ -190,7 +190,7 @@ class Bucket:
     def remaining(self) -> float:
         return min(self.bucket, max(0.0, self.bucket - self.deficit))
 
-    def step(self, dt: float, nbytes: float, rate: float, shaped: Optional[bool], learn: bool = True) -> Transition:
+    def advance(self, dt: float, nbytes: float, rate: float, shaped: Optional[bool], learn: bool = True) -> Transition:
         """Account one interval: `nbytes` crossed in `dt` s; `shaped` is None without a shaping source.
         With `learn` off an observed exhaustion still empties the bucket, but its size never changes."""
         net = nbytes - self.baseline * dt
@@ -328,7 +328,7 @@ class CreditEstimator:
                 out[d] = CreditReading(d, rate, None, None, None, INF, INF, bool(shaped))
                 continue
             if dt > 0:
-                b.step(dt, nbytes.get(d, 0.0), rate, shaped, self.learn)
+                b.advance(dt, nbytes.get(d, 0.0), rate, shaped, self.learn)
             out[d] = b.reading(d, rate, bool(shaped))
         return out
 

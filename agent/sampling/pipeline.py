@@ -67,7 +67,7 @@ class Sampler:
         self.samples_total = 0
         self.latest: Optional[Snapshot] = None
 
-    def step(self) -> Snapshot:
+    def sample(self) -> Snapshot:
         start = time.perf_counter()
         now = self.clock()
         # 1. netdev: bytes and packets per interface -> safe deltas and windowed rates.

@@ -30,7 +30,7 @@ PYTHON_FORM: dict[str, Callable[[CreditReading], bool]] = {
 def _readings(csv: Path, instance_type: str) -> list[tuple[float, CreditReading]]:
     """The out direction's reading after every row, as the replay computed it."""
     run = TypeRun(instance_type, Config(), None)
-    return [(row.t, run.step(row)["out"]) for row in read_trace(str(csv))]
+    return [(row.t, run.feed(row)["out"]) for row in read_trace(str(csv))]
 
 
 def _holds_at(readings: list[tuple[float, CreditReading]], t: float,

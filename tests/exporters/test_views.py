@@ -36,8 +36,8 @@ peers = ["127.0.0.1:1"]
     assert a.sampler is not None and a.ethtool is not None
     # lo has no ethtool statistics: read a captured ENA device's in its place.
     a.ethtool.reader = FixtureEthtoolReader({"lo": FIXTURES / "ena-2.12.3g-c6in.32xlarge-express"})
-    a.sampler.step()
-    a.sampler.step()
+    a.sampler.sample()
+    a.sampler.sample()
     assert a.checks is not None
     # One round from a captured ENA fixture (the daemon's own rounds run `burstwatch check` in a child).
     a.checks.executor = lambda slow: run_checks(fixture_context("ena-2.12.3g-m6i.xlarge"),

@@ -153,13 +153,13 @@ def test_transition(exhausted: bool, confirmed: bool, explained: bool, released:
 def test_step_names_its_transition_and_pins_an_exhaustion() -> None:
     b = Bucket(BUCKET, BASELINE)
     assert b.state is CreditState.FULL
-    moves = [b.step(1.0, 1000.0, 1000.0, True).value]                       # 900 over the baseline
-    moves += [b.step(1.0, 100.0, 100.0, True).value for _ in range(4)]      # then held at it, shaped
+    moves = [b.advance(1.0, 1000.0, 1000.0, True).value]                       # 900 over the baseline
+    moves += [b.advance(1.0, 100.0, 100.0, True).value for _ in range(4)]      # then held at it, shaped
     assert moves == ["free", "free", "free", "confirmed", "held"]
     # It held 10 % of its bucket at the clamp: it learns the deficit as the bucket, and pins it empty.
     assert b.state is CreditState.EXHAUSTED and b.exhausted and b.deficit == b.bucket == 900.0
     assert b.learner.learned_count == 1 and b.learner.learn_method == "exhaustion"
-    assert b.step(1.0, 0.0, 0.0, False) is Transition.RUN_ENDED
+    assert b.advance(1.0, 0.0, 0.0, False) is Transition.RUN_ENDED
     assert b.state is CreditState.PARTIAL and b.deficit == 800.0
 
 
@@ -202,13 +202,13 @@ def test_a_cyclic_drain_past_a_model_bucket_too_small_learns_through_its_pauses(
     bucket grows (clamped at the bucket in each pause, it would stay at 1040 forever and never learn)."""
     b = Bucket(BUCKET, BASELINE)
     for _ in range(25):
-        b.step(1.0, 140.0, 140.0, False)                     # net +40 per second: at the bucket after 25 s
+        b.advance(1.0, 140.0, 140.0, False)                     # net +40 per second: at the bucket after 25 s
     assert b.deficit == BUCKET and b.bucket == BUCKET
     seen = []
     for _ in range(4):
-        b.step(1.0, 140.0, 140.0, False)                     # +40: past the bucket, above the band, unshaped
+        b.advance(1.0, 140.0, 140.0, False)                     # +40: past the bucket, above the band, unshaped
         seen.append(b.state)
-        b.step(1.0, 90.0, 90.0, False)                       # -10: a pause that refills less
+        b.advance(1.0, 90.0, 90.0, False)                       # -10: a pause that refills less
         seen.append(b.state)
     assert seen[:3] == [CreditState.OVERRUN] * 3
     assert b.learner.learn_method == "unshaped_overrun" and b.bucket >= BUCKET + AGREEMENT * BUCKET

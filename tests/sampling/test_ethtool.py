@@ -119,7 +119,7 @@ def test_sampler_runs_the_ethtool_step(tmp_path: Path) -> None:
     shutil.copy(Path(__file__).resolve().parent.parent / "fixtures" / "proc_net_dev.txt", proc / "net" / "dev")
     c = EthtoolStep(lambda: ["eth0"], FixtureEthtoolReader({"eth0": CURRENT}))
     sampler = Sampler(NetdevStep(lambda: ["eth0"], str(proc), str(tmp_path)), 1.0, ethtool=c)
-    snap = sampler.step()
+    snap = sampler.sample()
     assert snap.ethtool is not None and snap.ethtool["eth0"].raw["pps_allowance_exceeded"] == 784
     assert snap.steps["ethtool"].success is True
 

@@ -82,11 +82,11 @@ def test_shaping_increase_is_computed_once_and_read_by_credits(tmp_path: Path) -
     proc.rx = {"eth0": 1000}
     proc.write()
     _set(stats, "eth0", 500, 70)
-    first = sampler.step()
+    first = sampler.sample()
     assert first.shaping is not None and first.shaping.increase == {}          # the first reading is a baseline
     assert first.shaping.total == {"in": 0, "out": 0}
     _set(stats, "eth0", 530, 70)
-    second = sampler.step()
+    second = sampler.sample()
     assert second.shaping is not None and second.shaping.increase == {"in": 30, "out": 0}
     assert second.shaping.total == {"in": 30, "out": 0}
     assert credits.seen[-1] is second.shaping                                  # the same object, not a re-derivation
@@ -99,20 +99,20 @@ def test_an_interface_that_joins_or_leaves_adds_no_spike(tmp_path: Path) -> None
     proc.rx = {"eth0": 1000, "eth1": 5}
     proc.write()
     _set(stats, "eth0", 100, 0)
-    sampler.step()
-    sampler.step()
+    sampler.sample()
+    sampler.sample()
     # eth1 is attached with a large lifetime count: it only sets its baseline.
     ifs.append("eth1")
     _set(stats, "eth1", 9_000_000, 9_000_000)
-    snap = sampler.step()
+    snap = sampler.sample()
     assert snap.shaping is not None and snap.shaping.increase == {"in": 0, "out": 0}
     _set(stats, "eth1", 9_000_010, 9_000_000)
-    snap = sampler.step()
+    snap = sampler.sample()
     assert snap.shaping is not None and snap.shaping.increase == {"in": 10, "out": 0}
     # eth1 is detached: its counters leave the sum without a negative or reset-sized increase.
     ifs.remove("eth1")
     del stats.values["eth1"]
-    snap = sampler.step()
+    snap = sampler.sample()
     assert snap.shaping is not None and snap.shaping.increase == {"in": 0, "out": 0}
     assert snap.shaping.total == {"in": 10, "out": 0}
 
@@ -123,10 +123,10 @@ def test_a_driver_reset_is_not_an_increase_of_its_whole_value(tmp_path: Path) ->
     proc.rx = {"eth0": 1000}
     proc.write()
     _set(stats, "eth0", 4_000_000_000_000, 0)
-    sampler.step()
-    sampler.step()
+    sampler.sample()
+    sampler.sample()
     _set(stats, "eth0", 3, 0)                      # the ENA device reset: counters restart from zero
-    snap = sampler.step()
+    snap = sampler.sample()
     assert snap.shaping is not None and snap.shaping.increase["in"] == 3
     assert snap.ethtool is not None and snap.ethtool["eth0"].resets == 1
 
@@ -137,15 +137,15 @@ def test_a_failed_shaping_read_keeps_the_total_and_rebaselines(tmp_path: Path) -
     proc.rx = {"eth0": 1000}
     proc.write()
     _set(stats, "eth0", 10, 0)
-    sampler.step()
+    sampler.sample()
     _set(stats, "eth0", 15, 0)
-    sampler.step()
+    sampler.sample()
     stats.values["eth0"] = {}                      # the allowance counters vanish (driver swapped)
-    snap = sampler.step()
+    snap = sampler.sample()
     assert snap.steps["shaping"].success is False
     assert snap.shaping is not None and snap.shaping.total == {"in": 5, "out": 0} and snap.shaping.increase == {}
     _set(stats, "eth0", 20, 0)
-    snap = sampler.step()
+    snap = sampler.sample()
     assert snap.shaping is not None and snap.shaping.increase == {}            # a new baseline, not +20
 
 
@@ -154,9 +154,9 @@ def test_the_credits_step_reports_its_collector_success_and_never_fails_the_samp
     sampler, proc, _stats, credits = _sampler(tmp_path, ["eth0"])
     proc.rx["eth0"] = 100
     proc.write()
-    snap = sampler.step()
+    snap = sampler.sample()
     assert snap.steps["credits"].success and snap.steps["credits"].supported
     credits.fail = True
-    snap = sampler.step()
+    snap = sampler.sample()
     assert not snap.steps["credits"].success and snap.credits is None
     assert snap.steps["netdev"].success                    # the sample itself went on
