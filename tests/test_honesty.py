@@ -26,10 +26,8 @@ TESTS = Path(__file__).resolve().parent
 Function = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
 EXEMPT: Dict[str, str] = {
-    # Being reworked on the w29a branch (reload checks the new interval; issue 29).
-    "tests/e2e/test_daemon.py:test_rates_reload_notify_and_stop": "reload test under rework on w29a",
     # Measures the .deb daemon's RSS after it has run `settle` seconds; the assert is that it is still alive.
-    "tests/kubernetes/test_pod.py:_deb_daemon_rss": "a measurement's settling time, not a race",
+    "tests/kubernetes/test_cluster.py:_deb_daemon_rss": "a measurement's settling time, not a race",
 }
 ASSERTING_HELPERS = ("assert", "check", "expect", "verify", "wait", "must")
 CLOCKS = {"monotonic", "time", "perf_counter"}

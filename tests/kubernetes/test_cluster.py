@@ -372,7 +372,17 @@ def test_a_responder_that_cannot_listen_is_never_ready(lab: Lab) -> None:
         with pytest.raises(urllib.error.HTTPError) as err:
             _scrape(path="/-/ready")
         assert err.value.code == 503 and b"responder" in err.value.read()
-        time.sleep(6)    # 3 readiness periods of the lab's 2 s
+        # Proof that the kubelet has judged it, not a pause: three failed readiness probes (the lab's
+        # period is 2 s), counted in the pod's Unhealthy events.
+        name = lab.pod()["metadata"]["name"]
+
+        def failed_readiness() -> int:
+            events = lab.cluster.get("-n", NS, "events", "--field-selector",
+                                     f"involvedObject.name={name},reason=Unhealthy")["items"]
+            return sum(e.get("count") or (e.get("series") or {}).get("count") or 1
+                       for e in events if "Readiness probe failed" in e.get("message", ""))
+
+        _wait("three failed readiness probes", lambda: failed_readiness() >= 3, 30, lab)
         (status,) = lab.pod()["status"]["containerStatuses"]
         assert not status["ready"] and status["restartCount"] == 0, status
     finally:
