@@ -18,6 +18,8 @@ from agent.models.catalogue import UNKNOWN_TYPE_REMEDY
 from tests.conftest import ROOT, scrape_metrics
 from tests.support.daemon_config import daemon_config
 
+pytestmark = pytest.mark.slow  # four real daemons on loopback, ~10 s
+
 # AWS's published figures for these sizes (DescribeInstanceTypes NetworkCards[0], in the catalogue's source,
 # moto 5.2.5): Gbit/s baseline, peak. None of the three was in the catalogue made from moto 5.0.22.
 TYPES = {"m8i.large": (0.937, 12.5), "c8gn.large": (6.25, 30.0), "m9g.large": (1.0, 15.0)}
