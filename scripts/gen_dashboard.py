@@ -40,16 +40,29 @@ def panel(pid: int, title: str, targets: list[tuple[str, str]], unit: str, x: in
 
 def build() -> dict:
     panels = [
-        panel(1, "Burst credit left", [(f"burstwatch_credit_remaining_ratio{{{SEL}}}", "{{instance}} {{direction}}")],
-              "percentunit", 0, 0, desc="Estimated credit left as a share of the bucket, per direction.",
+        panel(1, "Burst credit left, with its band",
+              [(f"burstwatch_credit_remaining_ratio{{{SEL}}}", "{{instance}} {{direction}}"),
+               (f"burstwatch_credit_remaining_low_ratio{{{SEL}}}", "{{instance}} {{direction}} if the bucket is low"),
+               (f"burstwatch_credit_remaining_high_ratio{{{SEL}}}",
+                "{{instance}} {{direction}} if the bucket is high")],
+              "percentunit", 0, 0, desc="Estimated credit left as a share of the bucket in use, per direction, "
+              "and the same if the bucket is its low or high estimate (AWS publishes no size: docs/credits.md, "
+              "\"The bucket as a band\"). BurstCreditsLow warns on the low side.",
               extra={"min": 0, "max": 1}),
-        panel(2, "Time to exhaustion: at the current rate and at the trend",
+        panel(2, "Time to exhaustion: at the current rate, at the trend, and the band",
               [(f"clamp_max(burstwatch_credit_exhaustion_seconds{{{SEL}}}, 7200)", "{{instance}} {{direction}} now"),
                (f"clamp_max(burstwatch_credit_exhaustion_trend_seconds{{{SEL}}}, 7200)",
-                "{{instance}} {{direction}} trend")],
+                "{{instance}} {{direction}} trend"),
+               (f"clamp_max(burstwatch_credit_exhaustion_earliest_seconds{{{SEL}}}, 7200)",
+                "{{instance}} {{direction}} earliest"),
+               (f"clamp_max(burstwatch_credit_exhaustion_latest_seconds{{{SEL}}}, 7200)",
+                "{{instance}} {{direction}} latest")],
               "s", 12, 0, desc="Forecasts at the current rate (now) and at the net rate over [credits] "
-              "forecast_window (trend: bursts and pauses together, steady on bursty drains); capped at 2 h for "
-              "display (+Inf = not draining). BurstCreditsRunningOut pages on the sooner of the two."),
+              "forecast_window (trend: bursts and pauses together, steady on bursty drains), and the band "
+              "around them (earliest: a bucket of the low estimate; latest: of the high one, +Inf while a pause "
+              "of a cycle not yet seen may never end); capped at 2 h for display (+Inf = not draining). "
+              "BurstCreditsRunningOut pages on the sooner of now and trend, or on earliest under 180 s while "
+              "the bucket drains."),
         panel(3, "Rate against baseline and peak",
               [(f"8 * burstwatch_throughput_bytes_per_second{{{SEL}}}", "{{instance}} {{direction}} rate"),
                (f"8 * burstwatch_bandwidth_baseline_bytes_per_second{{{SEL}}}", "{{instance}} baseline"),

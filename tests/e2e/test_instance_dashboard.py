@@ -133,7 +133,12 @@ def test_every_instance_panel_returns_series(tmp_path: Path) -> None:
 
         # One instance selected: only its series.
         assert {r["metric"]["instance"] for t, *_ in queries if t.endswith("(one)") for r in results[t]} == {A}
-        assert {r["metric"]["instance"] for r in one("Burst credit left", "all")} == {A, B}
+        assert {r["metric"]["instance"] for r in one("Burst credit left, with its band [A]", "all")} == {A, B}
+        # The band on the dashboard: the low side <= the bucket in use <= the high side, per direction.
+        ratios = {t: {r["metric"]["direction"]: float(r["value"][1])
+                      for r in results[f"Burst credit left, with its band [{t}] (one)"]} for t in "ABC"}
+        assert set(ratios["A"]) == {"in", "out"}, ratios
+        assert all(ratios["B"][d] <= ratios["A"][d] <= ratios["C"][d] for d in ratios["A"]), ratios
         # The ENI join: a's eth0 carries the ENI ID IMDS gave, in the rate and in the table.
         joined = one("Rate per ENI")
         assert {(r["metric"]["interface"], r["metric"]["eni_id"], r["metric"]["direction"]) for r in joined} == \
