@@ -2,14 +2,21 @@
 kube-scheduler, containerd and a kubelet, all on this machine, built by `make test-deps` into .tools/kubernetes
 (Makefile, "A real single-node cluster"). The facts it rests on: ../shared/kubernetes-cluster.md.
 
-Everything listens on loopback except the kubelet's server, which listens on the node's address: a /32 on a
-veth this module makes (NODE_IP, TEST-NET-2, routed nowhere; the kubelet refuses a loopback node IP). Pods
-on the pod network would get 10.244.0.0/24 on a bridge inside the machine; the burstwatch pods use the
-host's network. There is no kube-proxy and no cluster DNS: a DaemonSet on the host network needs neither.
+The whole cluster runs in a network namespace of its own (NETNS, made by `start()`): etcd, the control plane,
+containerd and the kubelet are started in it (`nsenter --net`: the network namespace only, so the kubelet,
+containerd and runc still share the host's mounts), and every kubectl, helm and HTTP request of the tests
+goes from inside it (`in_ns`, `ns_argv`). Nothing of the cluster's is sent from or to the
+host's own namespace. Everything listens on the namespace's loopback except the kubelet's server, which
+listens on the node's address: a 10.x /24 on a veth pair with both ends inside the namespace (NODE_IP; the
+kubelet refuses a loopback node IP, and this kernel has no dummy driver). The "node network" that the
+host-network pods share is therefore this namespace: their /metrics, probes and `lo` are its. Pods on the
+pod network would get 10.244.0.0/24 on the cni0 bridge, also inside the namespace. There is no kube-proxy
+and no cluster DNS: a DaemonSet on the host network needs neither.
 
 `Cluster.stop()` undoes everything the cluster did to the host, whatever state a test left it in, and
-`leftovers()` lists what it could not: processes, mounts, network namespaces, the cni0 bridge, KUBE-*
-iptables chains, the sysctls the kubelet and the bridge plugin change, and the directories they create.
+`leftovers()` lists what it could not: processes, mounts, network namespaces (its own and the pods'), the
+node's links and cni0, KUBE-*/CNI-* iptables chains (in the host's namespace: those the kubelet makes in
+NETNS go with it), the sysctls the kubelet changes, and the directories it and containerd create.
 """
 
 from __future__ import annotations
@@ -22,18 +29,24 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests.support.lab import run_in_ns
+
+T = TypeVar("T")
 
 VERSION = "v1.34.4"
 BIN = ROOT / ".tools" / "kubernetes" / VERSION / "bin"
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl", "etcd", "pause")
 NODE = "burstwatch-lab-node"
-NODE_IP = "198.51.100.10"
+# The cluster's own network namespace, named per run (two runs on one machine do not share one).
+NETNS = f"bwk8s-{os.getpid()}"
+# The node's address, on a veth inside NETNS only (10.x, never used from the host's namespace).
+NODE_IP = "10.251.0.10"
 NODE_LINK = "bwk8s0"
 POD_CIDR = "10.244.0.0/24"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -41,7 +54,8 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 # This tier's ports, away from the defaults (2379, 6443, 10250, ...) so nothing else on the machine clashes.
 ETCD_PORT, ETCD_PEER_PORT, API_PORT = 22379, 22380, 26443
 KUBELET_PORT, KUBELET_HEALTHZ_PORT, CM_PORT, SCHED_PORT = 20250, 20248, 20257, 20259
-# The kubelet sets the first three (it wants overcommit and a panic on oops), the bridge plugin the last.
+# The kubelet sets the first three (it wants overcommit and a panic on oops; not per namespace), the bridge
+# plugin the last (per namespace: it sets NETNS's, and the host's must stay as it was).
 SYSCTLS = ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops", "net.ipv4.ip_forward")
 # Directories the kubelet, containerd's shims and the CNI plugins make outside the cluster's own directory.
 HOST_DIRS = (Path("/var/lib/cni"), Path("/run/containerd"), Path("/var/log/containers"), Path("/var/log/pods"),
@@ -68,18 +82,29 @@ def _run(*args: str, timeout: float = 60, check: bool = True, **kw) -> subproces
     return proc
 
 
+def ns_argv(*argv: str) -> list[str]:
+    """argv run in the cluster's network namespace (and only that namespace: mounts stay the host's)."""
+    return ["nsenter", f"--net=/run/netns/{NETNS}", "--", *argv]
+
+
+def in_ns(fn: Callable[[], T], timeout: float = 60.0) -> T:
+    """fn called on a thread in the cluster's network namespace: sockets it opens are the namespace's."""
+    return run_in_ns(NETNS, fn, timeout=timeout)
+
+
 def _sysctl(name: str) -> str:
     return Path("/proc/sys", *name.split(".")).read_text().strip()
 
 
-def _chains() -> set[str]:
-    """Every iptables chain, as "COMMAND TABLE CHAIN"."""
+def _chains(in_cluster_ns: bool = False) -> set[str]:
+    """Every KUBE-*/CNI-* iptables chain, as "COMMAND TABLE CHAIN": the host's, or the cluster namespace's."""
     out = set()
     for cmd in IPTABLES:
         if shutil.which(f"{cmd}-save") is None:
             continue
         table = ""
-        for line in _run(f"{cmd}-save", check=False).stdout.splitlines():
+        argv = ns_argv(f"{cmd}-save") if in_cluster_ns else [f"{cmd}-save"]
+        for line in _run(*argv, check=False).stdout.splitlines():
             if line.startswith("*"):
                 table = line[1:]
             elif line.startswith((":KUBE-", ":CNI-")):
@@ -89,7 +114,8 @@ def _chains() -> set[str]:
 
 # Other tests on this machine make namespaces, veths, mounts and chains of their own at the same time: only
 # what is the cluster's by name or place is looked at and removed.
-CLUSTER_MOUNTS = ("/run/containerd/", "/var/lib/cni/", "/var/run/netns/cni-", "/run/netns/cni-")
+CLUSTER_MOUNTS = ("/run/containerd/", "/var/lib/cni/", "/var/run/netns/cni-", "/run/netns/cni-",
+                  f"/run/netns/{NETNS}", f"/var/run/netns/{NETNS}")
 
 
 def _mounts(under: str) -> set[str]:
@@ -100,7 +126,7 @@ def _mounts(under: str) -> set[str]:
 
 def _netns() -> set[str]:
     d = Path("/var/run/netns")
-    return {p.name for p in d.iterdir() if p.name.startswith("cni-")} if d.is_dir() else set()
+    return {p.name for p in d.iterdir() if p.name.startswith("cni-") or p.name == NETNS} if d.is_dir() else set()
 
 
 def _links() -> set[str]:
@@ -148,6 +174,7 @@ class Cluster:
         self.socket = work / "containerd" / "containerd.sock"
         self.timings: dict[str, float] = {}
         self.undone: list[str] = []
+        self.netns_made = False
 
     # -- certificates ----------------------------------------------------------------------------------
     def _cert(self, name: str, cn: str, org: str = "", sans: str = "", server: bool = False) -> None:
@@ -194,8 +221,9 @@ class Cluster:
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.logs / f"{name}.log", "wb")
         # Its own session, so a signal to pytest's process group does not reach it before stop() does.
-        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+        # In the cluster's network namespace: nsenter execs argv, so the pid is the process's own.
+        self.procs[name] = subprocess.Popen(ns_argv(*argv), stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
 
     def _wait(self, what: str, cond: Callable[[], bool], timeout: float) -> None:
@@ -215,8 +243,8 @@ class Cluster:
 
     def kubectl(self, *args: str, timeout: float = 60, check: bool = True,
                 input: Optional[str] = None) -> subprocess.CompletedProcess:
-        return _run(str(BIN / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args, timeout=timeout, check=check,
-                    input=input)
+        return _run(*ns_argv(str(BIN / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args), timeout=timeout,
+                    check=check, input=input)
 
     def get(self, *args: str) -> dict:
         return json.loads(self.kubectl("get", "-o", "json", *args).stdout)
@@ -233,12 +261,15 @@ class Cluster:
         t0 = time.monotonic()
         self.logs.mkdir(parents=True)
         self._pki()
-        # A veth pair, both ends in the host's namespace (this kernel has no dummy driver): the node's address
-        # on one end, local to the machine; deleting one end deletes both.
-        _run("ip", "link", "add", NODE_LINK, "type", "veth", "peer", "name", NODE_LINK + "p")
-        _run("ip", "addr", "add", f"{NODE_IP}/32", "dev", NODE_LINK)
-        _run("ip", "link", "set", NODE_LINK + "p", "up")
-        _run("ip", "link", "set", NODE_LINK, "up")
+        # The cluster's namespace, its loopback up, and a veth pair with both ends inside it (this kernel has
+        # no dummy driver): the node's address on one end; deleting the namespace deletes both.
+        _run("ip", "netns", "add", NETNS)
+        self.netns_made = True
+        _run("ip", "-n", NETNS, "link", "set", "lo", "up")
+        _run("ip", "-n", NETNS, "link", "add", NODE_LINK, "type", "veth", "peer", "name", NODE_LINK + "p")
+        _run("ip", "-n", NETNS, "addr", "add", f"{NODE_IP}/24", "dev", NODE_LINK)
+        _run("ip", "-n", NETNS, "link", "set", NODE_LINK + "p", "up")
+        _run("ip", "-n", NETNS, "link", "set", NODE_LINK, "up")
         pki = self.pki
         self._spawn("etcd", [str(BIN / "etcd"), "--data-dir", str(self.work / "etcd"), "--name", "lab",
                              f"--listen-client-urls=http://127.0.0.1:{ETCD_PORT}",
@@ -370,6 +401,9 @@ state = "{c / 'state'}"
         errors: list[str] = []
         # What the cluster changed on the host, as found before undoing it (the test prints it).
         self.undone = self.leftovers()
+        if self.netns_made and Path(f"/run/netns/{NETNS}").exists():
+            # The kubelet's chains are in the cluster's namespace, and go with it.
+            self.undone += [f"iptables in {NETNS}: {c}" for c in sorted(_chains(in_cluster_ns=True))]
 
         def step(what: str, fn: Callable[[], object]) -> None:
             try:
@@ -395,6 +429,8 @@ state = "{c / 'state'}"
         for pid in _procs_under(str(self.work)) + _procs_under(str(self.socket)):
             step(f"kill leftover {pid}", lambda pid=pid: os.kill(pid, signal.SIGKILL))
         step("unmount", self._unmount)
+        # The cluster's namespace before the pods' (_netns() names both): its leftovers killed first.
+        step("cluster netns", self._remove_own_netns)
         step("netns", self._remove_netns)
         step("links", self._remove_links)
         step("iptables", self._remove_chains)
@@ -447,6 +483,18 @@ state = "{c / 'state'}"
         for ns in _netns() - self.netns_before:
             subprocess.run(["ip", "netns", "delete", ns], capture_output=True, timeout=30)
 
+    def _remove_own_netns(self) -> None:
+        """The cluster's namespace, with what is in it (node veth, cni0, the kubelet's KUBE-* chains and the
+        bridge plugin's ip_forward): anything still running in it first (by pid), then the namespace."""
+        if not self.netns_made or not Path(f"/run/netns/{NETNS}").exists():
+            return
+        for pid in _run("ip", "netns", "pids", NETNS, check=False).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _run("ip", "netns", "delete", NETNS)
+
     def _remove_links(self) -> None:
         for link in _links() - self.links_before:
             subprocess.run(["ip", "link", "delete", link], capture_output=True, timeout=30)
@@ -475,6 +523,9 @@ state = "{c / 'state'}"
         out = [f"process {pid}" for pid in _procs_under(str(self.work)) + _procs_under(str(self.socket))]
         out += [f"mount {m}" for m in _mounts(str(self.work)) - self.mounts_before]
         out += [f"netns {n}" for n in _netns() - self.netns_before]
+        if self.netns_made and Path(f"/run/netns/{NETNS}").exists():
+            out += [f"process {pid} in {NETNS}" for pid in
+                    _run("ip", "netns", "pids", NETNS, check=False).stdout.split()]
         out += [f"link {n}" for n in _links() - self.links_before]
         out += [f"iptables {c}" for c in _chains() - self.chains_before]
         out += [f"sysctl {n}={_sysctl(n)} (was {v})" for n, v in self.sysctls.items() if _sysctl(n) != v]

@@ -3,7 +3,11 @@ DaemonSet controller and the scheduler placing the pod, a real kubelet on contai
 restarts, downward API, seccomp RuntimeDefault, hostPath), a rolling `helm upgrade` on the host network, the
 prometheus-operator objects accepted by a server with their CRDs, and `helm uninstall` leaving the node clean.
 
-The cluster (tests/kubernetes/cluster.py) lives for this module and is torn down even when a test fails;
+The cluster (tests/kubernetes/cluster.py) runs in a network namespace of its own, with a 10.x node address
+inside it: every kubectl, helm and HTTP request here (the node's /metrics and /-/ready, its loopback, the
+traffic the agent counts on `lo`) goes from inside that namespace, so the host-network pod is reached on the
+node's network exactly as on a node, and nothing is sent in the host's own namespace. The cluster lives for
+this module and is torn down even when a test fails;
 its teardown fails the module when anything it made is left on the host. Figures (cluster up, rollout,
 rolling update, the control plane's memory) are printed: `pytest -s` shows them.
 """
@@ -27,7 +31,7 @@ import pytest
 import yaml
 
 from tests.kubernetes.chart import CHART, CRDS, require_helm
-from tests.kubernetes.cluster import BIN, NODE, NODE_IP, PAUSE_IMAGE, Cluster, require_cluster_tools
+from tests.kubernetes.cluster import BIN, NODE, NODE_IP, PAUSE_IMAGE, Cluster, in_ns, ns_argv, require_cluster_tools
 from tests.support.credit_lab import parse_metrics
 from tests.support.launch import launcher_argv, unit_env
 from tests.support.podman import build_image, podman
@@ -74,7 +78,8 @@ class Lab:
         return f
 
     def helm(self, *args: str, timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([str(require_helm()), f"--kubeconfig={self.cluster.kubeconfig}", *args],
+        # In the cluster's namespace: the API server listens on its loopback.
+        proc = subprocess.run(ns_argv(str(require_helm()), f"--kubeconfig={self.cluster.kubeconfig}", *args),
                               capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError(f"helm {' '.join(args)}: {proc.stderr}")
@@ -111,8 +116,12 @@ class Lab:
 
 
 def _scrape(host: str = NODE_IP, path: str = "/metrics", port: int = METRICS_PORT) -> str:
-    with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=5) as r:
-        return r.read().decode()
+    """GET from inside the cluster's namespace: the node's address and its loopback are there."""
+    def get() -> str:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=5) as r:
+            return r.read().decode()  # type: ignore[no-any-return]
+
+    return in_ns(get, timeout=10)
 
 
 def _answers(host: str = NODE_IP) -> bool:
@@ -128,7 +137,8 @@ def _status(pid: int) -> dict[str, str]:
 
 
 def _loopback_traffic(nbytes: int) -> None:
-    """Move `nbytes` over loopback (the only traffic a test may make on the host's own interfaces)."""
+    """Move `nbytes` over the node's loopback, the cluster namespace's `lo` that the agent samples (called
+    through in_ns)."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -228,7 +238,7 @@ def lab(image: Image) -> Iterator[Lab]:
         cluster.stop()
         left = cluster.leftovers()
         changed = [u for u in cluster.undone if not u.startswith("process")]
-        print(f"cluster timings: {cluster.timings}\nhost changes found and undone at teardown: {changed}")
+        print(f"cluster timings: {cluster.timings}\nchanges found and undone at teardown: {changed}")
         if not left:
             shutil.rmtree(work, ignore_errors=True)
         assert not left, f"the cluster left on the host: {left} (logs in {work})"
@@ -243,7 +253,7 @@ def test_install_rolls_out_and_serves_metrics_with_the_node_name(lab: Lab) -> No
     print(f"DaemonSet ready {took:.1f} s after helm install; cluster up in {lab.cluster.timings['cluster up']:.1f} s")
     pod = lab.pod()
     assert pod["spec"]["nodeName"] == NODE
-    # /metrics on the node's address (hostNetwork), from the host.
+    # /metrics on the node's address (hostNetwork), from the node's network namespace.
     text = _scrape()
     assert "burstwatch_credit_remaining_bytes" in text
     assert re.search(rf'^burstwatch_instance_info\{{[^}}]*node="{NODE}"', text, re.M), text[:2000]
@@ -287,7 +297,7 @@ def test_kubelet_liveness_and_readiness_pass(lab: Lab) -> None:
 
 def test_state_in_the_hostpath_survives_deleting_the_pod(lab: Lab) -> None:
     name = lab.pod()["metadata"]["name"]
-    _loopback_traffic(2 << 30)   # spend credit well above m5.large's baseline
+    in_ns(lambda: _loopback_traffic(2 << 30), timeout=120)   # spend credit well above m5.large's baseline
     saved = lab.state / "credits.json"
     _wait("credit state saved", saved.exists, 20, lab)
     time.sleep(6)   # credits.save_interval = 5 s: a save after the traffic
@@ -361,10 +371,14 @@ def test_probes_follow_a_loopback_metrics_address(lab: Lab) -> None:
 def test_a_responder_that_cannot_listen_is_never_ready(lab: Lab) -> None:
     """The responder's port taken: the agent runs on (burstwatch_responder_listening 0) but /-/ready answers
     503, so the kubelet never marks the pod Ready and the rollout does not complete."""
-    blocker = socket.socket()
-    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    blocker.bind(("0.0.0.0", RESPONDER_PORT))
-    blocker.listen(1)
+    def take_port() -> socket.socket:
+        s = socket.socket()   # made in the node's namespace, where the pod's responder listens
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", RESPONDER_PORT))
+        s.listen(1)
+        return s
+
+    blocker = in_ns(take_port)
     try:
         lab.helm("upgrade", RELEASE, str(CHART), "--namespace", NS,
                  "--values", str(lab.values(responder={"enabled": True})))
