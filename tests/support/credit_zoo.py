@@ -18,6 +18,7 @@ speed), 0.2-s samples, forecast_window 3 s: about 300x faster than EC2's one-hou
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import math
 import os
@@ -218,7 +219,9 @@ class Watcher:
         while not self._stop.is_set():
             try:
                 m = parse_metrics(urllib.request.urlopen(self.url, timeout=2).read().decode())
-            except (OSError, ValueError):
+            except (OSError, ValueError, http.client.HTTPException):
+                # Down, or killed mid-answer (the SIGKILL drain cuts a scrape short: IncompleteRead, an
+                # HTTPException, not an OSError): no reading, and the watcher goes on for the next test.
                 self._stop.wait(self.period)
                 continue
             stamp = m.get("burstwatch_last_sample_timestamp_seconds")
